@@ -1,0 +1,67 @@
+// Tensor element types as GGUF numbers them (ggml's type ids), with the block
+// geometry needed to size and validate tensor data. Kernels for the types we
+// compute with live in simd/; this header only knows bytes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace sparrow {
+
+enum class TensorType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ8_1 = 9,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kQ8_K = 15,
+  kIQ2_XXS = 16,
+  kIQ2_XS = 17,
+  kIQ3_XXS = 18,
+  kIQ1_S = 19,
+  kIQ4_NL = 20,
+  kIQ3_S = 21,
+  kIQ2_S = 22,
+  kIQ4_XS = 23,
+  kI8 = 24,
+  kI16 = 25,
+  kI32 = 26,
+  kI64 = 27,
+  kF64 = 28,
+  kIQ1_M = 29,
+  kBF16 = 30,
+  kTQ1_0 = 34,
+  kTQ2_0 = 35,
+  kMXFP4 = 39,
+};
+
+struct TensorTypeInfo {
+  TensorType type;
+  std::string_view name;  // lower case, as llama.cpp prints it ("q4_K")
+  uint32_t block_elems;   // elements per block (1 for plain types)
+  uint32_t block_bytes;   // bytes per block
+};
+
+// nullptr when `id` is not a type GGUF defines.
+const TensorTypeInfo* FindTensorType(uint32_t id);
+// Info for a known type (never null for an enumerator above).
+const TensorTypeInfo& GetTensorTypeInfo(TensorType type);
+std::string_view TensorTypeName(TensorType type);
+// Case-insensitive lookup by name ("f16", "Q8_0", "q4_k").
+std::optional<TensorType> ParseTensorType(std::string_view name);
+
+// Bytes taken by `elems` elements stored as `type`. False when `elems` is not
+// a whole number of blocks or the size overflows 64 bits.
+[[nodiscard]] bool TensorTypeBytes(TensorType type, uint64_t elems,
+                                   uint64_t* bytes);
+
+}  // namespace sparrow

@@ -1,0 +1,33 @@
+// Which SIMD targets were compiled in, which one dispatch picks, and a way to
+// force one (tests, `sparrow info`, and SPARROW_SIMD_TARGET for debugging).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace sparrow::simd {
+
+struct Target {
+  int64_t bits;      // Highway's HWY_* bit
+  std::string name;  // "AVX3_DL", "NEON", "EMU128", ...
+};
+
+// Compiled-in targets this CPU supports, best first.
+std::vector<Target> AvailableTargets();
+// The target dynamic dispatch uses now.
+std::string CurrentTargetName();
+// Restricts dispatch to `bits` (one target); 0 restores the default.
+void ForceTarget(int64_t bits);
+// Applies SPARROW_SIMD_TARGET=<name> if set; InputError for an unknown or
+// unavailable name. Called by the CLI at start-up.
+void ApplyTargetFromEnvironment();
+// CPU features relevant to our kernels, e.g. "avx2 avx512f avx512vnni".
+std::string CpuFeatures();
+
+// Runs `body` once per available target with dispatch forced to it, then
+// restores the default. For tests: every kernel is checked on every target.
+void ForEachTarget(const std::function<void(const Target&)>& body);
+
+}  // namespace sparrow::simd
