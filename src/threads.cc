@@ -1,6 +1,7 @@
 #include "src/threads.h"
 
 #include <algorithm>
+#include <memory>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
