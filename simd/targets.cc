@@ -1,1 +1,116 @@
-// Placeholder: being written.
+// Target discovery and forcing. The per-target function below exists only so
+// dynamic dispatch can tell us which target it picked.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "simd/targets.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace sparrow::simd {
+namespace HWY_NAMESPACE {
+
+int64_t DispatchedTarget() { return HWY_TARGET; }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace sparrow::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include <cstdlib>
+#include <string>
+
+#include "base/error.h"
+#include "simd/targets.h"
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+namespace sparrow::simd {
+
+HWY_EXPORT(DispatchedTarget);
+
+std::vector<Target> AvailableTargets() {
+  std::vector<Target> out;
+  // Highway's bits are ordered best (lowest bit) to worst.
+  for (int64_t bits : hwy::SupportedAndGeneratedTargets()) {
+    out.push_back(Target{bits, hwy::TargetName(bits)});
+  }
+  return out;
+}
+
+std::string CurrentTargetName() {
+  return hwy::TargetName(HWY_DYNAMIC_DISPATCH(DispatchedTarget)());
+}
+
+void ForceTarget(int64_t bits) {
+  hwy::SetSupportedTargetsForTest(bits);
+  // Make the next dispatch re-read the (mocked) supported set.
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+}
+
+void ApplyTargetFromEnvironment() {
+  const char* wanted = std::getenv("SPARROW_SIMD_TARGET");
+  if (wanted == nullptr || *wanted == '\0') return;
+  std::string names;
+  for (const Target& t : AvailableTargets()) {
+    if (t.name == wanted) {
+      ForceTarget(t.bits);
+      return;
+    }
+    names += names.empty() ? t.name : " " + t.name;
+  }
+  ThrowInputError("SPARROW_SIMD_TARGET=", wanted,
+                  " is not available here (available: ", names, ")");
+}
+
+std::string CpuFeatures() {
+  std::string out;
+  auto add = [&out](bool has, const char* name) {
+    if (!has) return;
+    if (!out.empty()) out += ' ';
+    out += name;
+  };
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  add(__builtin_cpu_supports("sse4.2"), "sse4.2");
+  add(__builtin_cpu_supports("avx2"), "avx2");
+  add(__builtin_cpu_supports("fma"), "fma");
+  add(__builtin_cpu_supports("f16c"), "f16c");
+  add(__builtin_cpu_supports("avx512f"), "avx512f");
+  add(__builtin_cpu_supports("avx512bw"), "avx512bw");
+  add(__builtin_cpu_supports("avx512vl"), "avx512vl");
+  add(__builtin_cpu_supports("avx512vnni"), "avx512vnni");
+  add(__builtin_cpu_supports("avx512vbmi"), "avx512vbmi");
+  add(__builtin_cpu_supports("avx512bf16"), "avx512bf16");
+#elif defined(__aarch64__) && defined(__linux__)
+  const unsigned long hw = getauxval(AT_HWCAP);
+  const unsigned long hw2 = getauxval(AT_HWCAP2);
+  add(hw & (1UL << 1), "asimd");       // HWCAP_ASIMD
+  add(hw & (1UL << 9), "fphp");        // HWCAP_FPHP (fp16 arithmetic)
+  add(hw & (1UL << 20), "asimddp");    // HWCAP_ASIMDDP (dot product)
+  add(hw & (1UL << 22), "sve");        // HWCAP_SVE
+  add(hw2 & (1UL << 1), "sve2");       // HWCAP2_SVE2
+  add(hw2 & (1UL << 14), "i8mm");      // HWCAP2_I8MM
+#endif
+  return out.empty() ? "none detected" : out;
+}
+
+void ForEachTarget(const std::function<void(const Target&)>& body) {
+  const std::vector<Target> targets = AvailableTargets();
+  for (const Target& t : targets) {
+    ForceTarget(t.bits);
+    try {
+      body(t);
+    } catch (...) {
+      ForceTarget(0);
+      throw;
+    }
+  }
+  ForceTarget(0);
+}
+
+}  // namespace sparrow::simd
+
+#endif  // HWY_ONCE
