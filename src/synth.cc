@@ -1,1 +1,202 @@
-// Placeholder: being written.
+#include "src/synth.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/error.h"
+#include "formats/gguf.h"
+#include "formats/tokenizer_data.h"
+#include "simd/gemv.h"
+#include "simd/quantize.h"
+#include "src/threads.h"
+
+namespace sparrow {
+namespace {
+
+uint64_t SplitMix(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Approximately normal values with standard deviation `sigma`: the sum of
+// four 16-bit uniforms (Irwin-Hall), cheap enough for billions of weights.
+void FillRandom(uint64_t seed, float sigma, float mean, float* out, size_t n) {
+  uint64_t state = seed;
+  // Sum of 4 U(0,1): mean 2, variance 4/12.
+  const float scale = sigma / std::sqrt(4.0f / 12.0f) / 65536.0f;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t r = SplitMix(state);
+    const uint32_t sum = static_cast<uint32_t>(r & 0xFFFF) + ((r >> 16) & 0xFFFF) +
+                         ((r >> 32) & 0xFFFF) + (r >> 48);
+    out[i] = mean + (static_cast<float>(sum) - 2.0f * 65536.0f) * scale;
+  }
+}
+
+// A SentencePiece vocabulary: specials, the 256 byte tokens, then printable
+// characters and lower-case letter strings with and without the U+2581 word
+// prefix, shortest first, until `vocab` tokens.
+TokenizerData SynthTokenizer(uint32_t vocab) {
+  TokenizerData t;
+  t.model = "llama";
+  t.pre = "default";
+  t.bos_id = 1;
+  t.eos_id = 2;
+  t.unk_id = 0;
+  t.add_bos = true;
+  t.add_space_prefix = true;
+  auto add = [&](std::string text, TokenType type) {
+    if (t.tokens.size() >= vocab) return;
+    t.scores.push_back(type == TokenType::kNormal ? -static_cast<float>(t.tokens.size()) : 0.0f);
+    t.types.push_back(type);
+    t.tokens.push_back(std::move(text));
+  };
+  add("<unk>", TokenType::kUnknown);
+  add("<s>", TokenType::kControl);
+  add("</s>", TokenType::kControl);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    add(name, TokenType::kByte);
+  }
+  const std::string kWord = "\xE2\x96\x81";  // U+2581
+  add(kWord, TokenType::kNormal);
+  for (char c = 0x21; c < 0x7F; ++c) add(std::string(1, c), TokenType::kNormal);
+  std::vector<std::string> level = {""};
+  while (t.tokens.size() < vocab) {
+    std::vector<std::string> next;
+    for (const std::string& prefix : level) {
+      for (char c = 'a'; c <= 'z'; ++c) next.push_back(prefix + c);
+    }
+    for (const std::string& s : next) {
+      if (s.size() > 1) add(s, TokenType::kNormal);
+      add(kWord + s, TokenType::kNormal);
+    }
+    level = std::move(next);
+  }
+  return t;
+}
+
+struct TensorPlan {
+  std::string name;
+  uint64_t rows;
+  uint64_t cols;
+  TensorType type;
+  float sigma;
+  float mean;
+};
+
+}  // namespace
+
+void ValidateSynthSpec(const SynthSpec& s) {
+  if (s.dim == 0 || s.ffn == 0 || s.layers == 0 || s.heads == 0 || s.kv_heads == 0 || s.vocab == 0) {
+    ThrowInputError("synth: --dim, --ffn, --layers, --heads, --kv-heads and --vocab must all be positive");
+  }
+  if (s.dim % s.heads != 0) {
+    ThrowInputError("synth: --dim ", s.dim, " is not a multiple of --heads ", s.heads);
+  }
+  if ((s.dim / s.heads) % 2 != 0) {
+    ThrowInputError("synth: the head size ", s.dim / s.heads, " must be even for RoPE");
+  }
+  if (s.heads % s.kv_heads != 0) {
+    ThrowInputError("synth: --heads ", s.heads, " is not a multiple of --kv-heads ", s.kv_heads);
+  }
+  if (!simd::GemvSupports(s.type) || !simd::CanConvert(s.type)) {
+    ThrowInputError("synth: type ", TensorTypeName(s.type),
+                    " is not supported (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)");
+  }
+  const uint32_t block = GetTensorTypeInfo(s.type).block_elems;
+  if (s.dim % block != 0 || s.ffn % block != 0) {
+    ThrowInputError("synth: --dim and --ffn must be multiples of ", block, " for type ",
+                    TensorTypeName(s.type));
+  }
+  if (s.vocab < 259 + 95) {
+    ThrowInputError("synth: --vocab must be at least 354 (specials, 256 bytes, printable characters)");
+  }
+}
+
+void WriteSyntheticModel(const SynthSpec& s, const std::string& path,
+                         const std::function<void(uint64_t, uint64_t)>& progress) {
+  ValidateSynthSpec(s);
+  const uint32_t head_dim = s.dim / s.heads;
+  const uint32_t kv_dim = head_dim * s.kv_heads;
+
+  std::vector<TensorPlan> plan;
+  const float sigma = 0.02f;
+  plan.push_back({"token_embd.weight", s.vocab, s.dim, s.type, sigma, 0.0f});
+  for (uint32_t i = 0; i < s.layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    plan.push_back({b + "attn_norm.weight", 1, s.dim, TensorType::kF32, 0.05f, 1.0f});
+    plan.push_back({b + "attn_q.weight", s.dim, s.dim, s.type, sigma, 0.0f});
+    plan.push_back({b + "attn_k.weight", kv_dim, s.dim, s.type, sigma, 0.0f});
+    plan.push_back({b + "attn_v.weight", kv_dim, s.dim, s.type, sigma, 0.0f});
+    plan.push_back({b + "attn_output.weight", s.dim, s.dim, s.type, sigma, 0.0f});
+    plan.push_back({b + "ffn_norm.weight", 1, s.dim, TensorType::kF32, 0.05f, 1.0f});
+    plan.push_back({b + "ffn_gate.weight", s.ffn, s.dim, s.type, sigma, 0.0f});
+    plan.push_back({b + "ffn_up.weight", s.ffn, s.dim, s.type, sigma, 0.0f});
+    plan.push_back({b + "ffn_down.weight", s.dim, s.ffn, s.type, sigma, 0.0f});
+  }
+  plan.push_back({"output_norm.weight", 1, s.dim, TensorType::kF32, 0.05f, 1.0f});
+  plan.push_back({"output.weight", s.vocab, s.dim, s.type, sigma, 0.0f});
+
+  gguf::GgufWriter writer(path);
+  writer.Add("general.architecture", gguf::Value::String("llama"));
+  writer.Add("general.name", gguf::Value::String(StrCat("sparrow-synth-", s.dim, "x", s.layers, "-",
+                                                        TensorTypeName(s.type))));
+  writer.Add("llama.context_length", gguf::Value::U32(s.context_length));
+  writer.Add("llama.embedding_length", gguf::Value::U32(s.dim));
+  writer.Add("llama.feed_forward_length", gguf::Value::U32(s.ffn));
+  writer.Add("llama.block_count", gguf::Value::U32(s.layers));
+  writer.Add("llama.attention.head_count", gguf::Value::U32(s.heads));
+  writer.Add("llama.attention.head_count_kv", gguf::Value::U32(s.kv_heads));
+  writer.Add("llama.rope.dimension_count", gguf::Value::U32(head_dim));
+  writer.Add("llama.rope.freq_base", gguf::Value::F32(10000.0f));
+  writer.Add("llama.attention.layer_norm_rms_epsilon", gguf::Value::F32(1e-5f));
+  SynthTokenizer(s.vocab).AddToGguf(writer);
+
+  uint64_t total = 0;
+  for (const TensorPlan& t : plan) {
+    if (t.rows == 1) {
+      writer.AddTensor(t.name, {t.cols}, t.type);
+    } else {
+      writer.AddTensor(t.name, {t.cols, t.rows}, t.type);
+    }
+    uint64_t bytes = 0;
+    (void)TensorTypeBytes(t.type, t.rows * t.cols, &bytes);
+    total += bytes;
+  }
+
+  uint64_t done = 0;
+  for (size_t ti = 0; ti < plan.size(); ++ti) {
+    const TensorPlan& t = plan[ti];
+    uint64_t row_bytes = 0;
+    (void)TensorTypeBytes(t.type, t.cols, &row_bytes);
+    // Rows per chunk: ~8 MiB of f32 scratch.
+    const uint64_t chunk_rows = std::max<uint64_t>(1, (8u << 20) / (t.cols * sizeof(float)));
+    AlignedBuffer<uint8_t> out(std::min(chunk_rows, t.rows) * row_bytes);
+    for (uint64_t r0 = 0; r0 < t.rows; r0 += chunk_rows) {
+      const uint64_t rows = std::min(chunk_rows, t.rows - r0);
+      ParallelFor(rows, 1, [&](size_t begin, size_t end, int) {
+        std::vector<float> row(t.cols);
+        for (size_t r = begin; r < end; ++r) {
+          uint64_t seed_state = s.seed ^ (ti * 0x9E3779B97F4A7C15ull);
+          const uint64_t row_seed = SplitMix(seed_state) ^ (r0 + r) * 0xD1B54A32D192ED03ull;
+          FillRandom(row_seed, t.sigma, t.mean, row.data(), t.cols);
+          simd::QuantizeRow(t.type, row.data(), t.cols, out.data() + r * row_bytes);
+        }
+      });
+      writer.WriteTensorData(out.data(), rows * row_bytes);
+      done += rows * row_bytes;
+      if (progress) progress(done, total);
+    }
+  }
+  writer.Finish();
+}
+
+}  // namespace sparrow

@@ -107,7 +107,9 @@ std::unique_ptr<Pool>& GlobalPool() {
 
 void SetThreadCount(int n) {
   g_threads = n <= 0 ? HardwareThreads() : n;
-#if !SPARROW_HAVE_OPENMP
+#if SPARROW_HAVE_OPENMP
+  omp_set_num_threads(g_threads);  // oneDNN sizes its own parallel regions by this
+#else
   GlobalPool().reset();
 #endif
 }

@@ -1,1 +1,128 @@
-// Placeholder: being written.
+#include "src/cli/common.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "base/error.h"
+#include "base/timer.h"
+#include "src/ops/ops.h"
+#include "src/threads.h"
+
+namespace sparrow::cli {
+
+void AddEngineOptions(cxxopts::Options& options) {
+  options.add_options("engine")
+      ("t,threads", "Worker threads (default: all cores)", cxxopts::value<int>()->default_value("0"))
+      ("kernels", "fast (Highway, oneDNN) or reference (scalar, for checking)",
+       cxxopts::value<std::string>()->default_value("fast"));
+}
+
+void ApplyEngineOptions(const cxxopts::ParseResult& args) {
+  const int threads = args["threads"].as<int>();
+  if (threads < 0 || threads > 1024) ThrowInputError("-t must be between 1 and 1024");
+  SetThreadCount(threads);
+  const std::string kernels = args["kernels"].as<std::string>();
+  if (kernels == "fast") {
+    ops::SetKernelMode(ops::KernelMode::kFast);
+  } else if (kernels == "reference") {
+    ops::SetKernelMode(ops::KernelMode::kReference);
+  } else {
+    ThrowInputError("--kernels must be 'fast' or 'reference', not '", kernels, "'");
+  }
+}
+
+bool Parse(cxxopts::Options& options, int argc, char** argv,
+           cxxopts::ParseResult* out) {
+  options.add_options()("h,help", "Show this help");
+  *out = options.parse(argc, argv);
+  if (out->count("help")) {
+    std::cout << options.help() << std::endl;
+    return false;
+  }
+  if (!out->unmatched().empty()) {
+    ThrowInputError("unexpected argument '", out->unmatched().front(), "'");
+  }
+  return true;
+}
+
+std::string Require(const cxxopts::ParseResult& args, const std::string& name) {
+  if (!args.count(name)) ThrowInputError("missing required option --", name);
+  return args[name].as<std::string>();
+}
+
+std::vector<int> ParseIntList(const std::string& text, const std::string& flag) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno != 0 || v < 0 || v > 1000000) {
+      ThrowInputError(flag, ": '", text, "' is not a list of non-negative integers");
+    }
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) ThrowInputError(flag, ": empty list");
+  return out;
+}
+
+std::string ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) ThrowInputError("cannot open '", path, "': ", std::strerror(errno));
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) ThrowInputError("cannot read '", path, "'");
+  return buf.str();
+}
+
+uint64_t PeakRssBytes() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // Linux: KiB
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while (v >= 1024.0 && unit < 4) {
+    v /= 1024.0;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), unit == 0 ? "%.0f %s" : "%.2f %s", v, kUnits[unit]);
+  return buf;
+}
+
+ProgressBar::ProgressBar(std::string label)
+    : label_(std::move(label)), enabled_(isatty(STDERR_FILENO) == 1) {}
+
+ProgressBar::~ProgressBar() {
+  if (drawn_) std::fputc('\n', stderr);
+}
+
+void ProgressBar::Update(uint64_t done, uint64_t total) {
+  if (!enabled_ || total == 0) return;
+  const double now = NowSeconds();
+  if (done < total && now - last_draw_ < 0.1) return;
+  last_draw_ = now;
+  const int width = 40;
+  const double frac = static_cast<double>(done) / static_cast<double>(total);
+  const int filled = static_cast<int>(frac * width);
+  std::string bar(filled, '#');
+  bar.resize(width, '.');
+  std::fprintf(stderr, "\r%s [%s] %5.1f%% %s / %s", label_.c_str(), bar.c_str(), frac * 100.0,
+               FormatBytes(done).c_str(), FormatBytes(total).c_str());
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+}  // namespace sparrow::cli

@@ -1,1 +1,94 @@
-// Placeholder: being written.
+// `sparrow <command> [flags]`. Exit status: 0 ok; 2 bad input (one line on
+// stderr); 1 internal error.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+
+#include <cxxopts.hpp>
+
+#include "base/error.h"
+#include "simd/targets.h"
+#include "sparrow_config.h"
+#include "src/cli/commands.h"
+
+namespace {
+
+struct CommandEntry {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+constexpr CommandEntry kCommands[] = {
+    {"run", sparrow::cli::RunCommand, "generate text from a prompt"},
+    {"perplexity", sparrow::cli::PerplexityCommand,
+     "perplexity of a text file (llama.cpp's method)"},
+    {"bench", sparrow::cli::BenchCommand,
+     "prompt and generation throughput, like llama-bench"},
+    {"synth", sparrow::cli::SynthCommand,
+     "write a llama GGUF with random weights of any shape and type"},
+    {"info", sparrow::cli::InfoCommand,
+     "metadata, tensors, types, sizes and the SIMD target in use"},
+};
+
+void PrintUsage(std::FILE* out) {
+  std::fprintf(out, "sparrow %s: LLM inference on CPUs, from DRAM or flash\n\n",
+               SPARROW_VERSION);
+  std::fprintf(out, "usage: sparrow <command> [options]   (sparrow <command> --help for options)\n\ncommands:\n");
+  for (const CommandEntry& c : kCommands) {
+    std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
+  }
+  std::fprintf(out,
+               "\nexit status: 0 ok, 2 bad input (message on stderr), 1 internal error\n"
+               "environment: SPARROW_SIMD_TARGET=<name> forces a SIMD target (see `sparrow info`)\n");
+}
+
+// Messages go out as one line, whatever the exception text holds.
+void PrintError(const char* prefix, const std::string& message) {
+  std::string line = message;
+  for (char& ch : line) {
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  }
+  std::fprintf(stderr, "%s%s\n", prefix, line.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    PrintUsage(stderr);
+    return 2;
+  }
+  const std::string command = argv[1];
+  if (command == "-h" || command == "--help" || command == "help") {
+    PrintUsage(stdout);
+    return 0;
+  }
+  if (command == "--version") {
+    std::printf("sparrow %s\n", SPARROW_VERSION);
+    return 0;
+  }
+  for (const CommandEntry& c : kCommands) {
+    if (command != c.name) continue;
+    try {
+      sparrow::simd::ApplyTargetFromEnvironment();
+      return c.run(argc - 1, argv + 1);
+    } catch (const sparrow::InputError& e) {
+      PrintError("error: ", e.what());
+      return 2;
+    } catch (const cxxopts::exceptions::exception& e) {
+      PrintError("error: ", std::string(e.what()) + " (see sparrow " + command + " --help)");
+      return 2;
+    } catch (const std::bad_alloc&) {
+      PrintError("error: ", "out of memory");
+      return 1;
+    } catch (const std::exception& e) {
+      PrintError("internal error: ", e.what());
+      return 1;
+    }
+  }
+  PrintError("error: ", "unknown command '" + command + "' (try sparrow --help)");
+  return 2;
+}

@@ -1,1 +1,223 @@
-// Placeholder: being written.
+// The forward pass of the llama family (Llama 2/3, Mistral, TinyLlama,
+// SmolLM) and qwen2, for a batch of tokens at consecutive positions:
+//
+//   x = embedding[token]
+//   per layer:  h = rmsnorm(x);  q,k,v = Wq h (+bq), Wk h (+bk), Wv h (+bv)
+//               rope(q, k);  cache k, v;  a = softmax(q K^T / sqrt(d)) V
+//               x += Wo a
+//               x += FFN(rmsnorm(x))          <- dense or streamed
+//   logits = Wout rmsnorm(x)
+#include "src/model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "base/error.h"
+#include "formats/gguf.h"
+#include "formats/tokenizer_data.h"
+#include "src/model/dense_ffn.h"
+#include "src/ops/ops.h"
+#include "src/threads.h"
+
+namespace sparrow {
+
+std::unique_ptr<Model> Model::Open(const std::string& path) {
+  auto file = std::make_shared<gguf::GgufFile>(gguf::GgufFile::Open(path));
+  ModelConfig config = ModelConfig::FromGguf(*file);
+  TokenizerData tokenizer_data = TokenizerData::FromGguf(*file);
+  config.n_vocab = static_cast<uint32_t>(tokenizer_data.tokens.size());
+  std::unique_ptr<Tokenizer> tokenizer = Tokenizer::Create(tokenizer_data);
+  ModelWeights weights =
+      BindWeights(config, file->tensors(), file->name(), /*with_ffn=*/true);
+  auto model = std::make_unique<Model>(std::move(config), std::move(tokenizer),
+                                       std::move(weights), file);
+  model->set_feed_forward(std::make_unique<DenseFeedForward>(model->weights()));
+  return model;
+}
+
+Model::Model(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer,
+             ModelWeights weights, std::shared_ptr<const void> storage)
+    : config_(std::move(config)),
+      tokenizer_(std::move(tokenizer)),
+      weights_(std::move(weights)),
+      storage_(std::move(storage)) {
+  Tally();
+}
+
+void Model::Tally() {
+  std::map<std::string, uint64_t> bytes_by_type;
+  auto matrix = [&](const ops::MatrixView& m) {
+    if (m.data == nullptr) return;
+    parameter_count_ += m.rows * m.cols;
+    weight_bytes_ += m.rows * m.row_bytes;
+    bytes_by_type[std::string(TensorTypeName(m.type))] += m.rows * m.row_bytes;
+  };
+  auto vec = [&](const std::vector<float>& v) {
+    parameter_count_ += v.size();
+    weight_bytes_ += v.size() * sizeof(float);
+  };
+  matrix(weights_.token_embd);
+  if (weights_.output.data != weights_.token_embd.data) matrix(weights_.output);
+  vec(weights_.output_norm);
+  for (const LayerWeights& l : weights_.layers) {
+    for (const ops::MatrixView* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) {
+      matrix(*m);
+    }
+    for (const std::vector<float>* v : {&l.attn_norm, &l.ffn_norm, &l.bq, &l.bk, &l.bv}) {
+      vec(*v);
+    }
+  }
+  uint64_t best = 0;
+  for (const auto& [type, bytes] : bytes_by_type) {
+    if (bytes > best) {
+      best = bytes;
+      dominant_type_ = type;
+    }
+  }
+}
+
+Session::Session(const Model& model, size_t n_ctx, size_t max_batch)
+    : model_(model),
+      c_(model.config()),
+      max_batch_(std::max<size_t>(1, std::min(max_batch, n_ctx))),
+      kv_(model.config().n_layers, n_ctx, model.config().kv_dim()) {
+  if (n_ctx == 0) ThrowInputError("context size must be at least 1");
+  const size_t b = max_batch_;
+  x_.Reset(b * c_.d_model);
+  h_.Reset(b * c_.d_model);
+  o_.Reset(b * c_.d_model);
+  q_.Reset(b * c_.q_dim());
+  att_.Reset(b * c_.q_dim());
+  k_.Reset(b * c_.kv_dim());
+  v_.Reset(b * c_.kv_dim());
+  rope_cos_.Reset(b * (c_.rope_dims / 2 + 1));
+  rope_sin_.Reset(b * (c_.rope_dims / 2 + 1));
+}
+
+const float* Session::Eval(const int32_t* tokens, size_t n, bool all_logits) {
+  for (size_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= c_.n_vocab) {
+      ThrowInputError("token id ", tokens[i], " is outside the vocabulary (",
+                      c_.n_vocab, " tokens)");
+    }
+  }
+  if (n > kv_.n_ctx() - n_past_) {
+    ThrowInputError("context overflow: ", n_past_, " + ", n,
+                    " tokens exceed the context size ", kv_.n_ctx());
+  }
+  logits_.resize((all_logits ? n : 1) * c_.n_vocab);
+  for (size_t done = 0; done < n;) {
+    const size_t batch = std::min(max_batch_, n - done);
+    const bool last = done + batch == n;
+    float* out = all_logits ? logits_.data() + done * c_.n_vocab
+                            : (last ? logits_.data() : nullptr);
+    Forward(tokens + done, batch, all_logits, out);
+    done += batch;
+  }
+  return logits_.data();
+}
+
+void Session::RopeTables(size_t n) {
+  const size_t pairs = c_.rope_dims / 2;
+  const std::vector<float>& factors = model_.weights().rope_freq_factors;
+  for (size_t t = 0; t < n; ++t) {
+    const float pos = static_cast<float>(n_past_ + t) * c_.rope_position_scale;
+    float* cos = rope_cos_.data() + t * pairs;
+    float* sin = rope_sin_.data() + t * pairs;
+    if (factors.empty()) {
+      simd::RopeAngles(pos, c_.rope_dims, c_.rope_base, cos, sin);
+      continue;
+    }
+    // Llama 3.1 style: each pair's frequency divided by its factor.
+    const float ratio = std::pow(c_.rope_base, -2.0f / c_.rope_dims);
+    float theta = pos;
+    for (size_t i = 0; i < pairs; ++i) {
+      cos[i] = std::cos(theta / factors[i]);
+      sin[i] = std::sin(theta / factors[i]);
+      theta *= ratio;
+    }
+  }
+}
+
+void Session::Attention(uint32_t layer, size_t n) {
+  const size_t hd = c_.head_dim;
+  const size_t group = c_.n_heads / c_.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const size_t threads = static_cast<size_t>(ThreadCount());
+  if (scores_.size() < threads * kv_.n_ctx()) scores_.Reset(threads * kv_.n_ctx());
+  const float* keys = kv_.keys(layer, 0);
+  const float* values = kv_.values(layer, 0);
+  ParallelFor(n * c_.n_heads, 1, [&](size_t begin, size_t end, int thread) {
+    float* scratch = scores_.data() + thread * kv_.n_ctx();
+    for (size_t item = begin; item < end; ++item) {
+      const size_t t = item / c_.n_heads;
+      const size_t head = item % c_.n_heads;
+      const size_t kv_head = head / group;
+      ops::AttentionHead(q_.data() + t * c_.q_dim() + head * hd,
+                         keys + kv_head * hd, values + kv_head * hd,
+                         kv_.kv_dim(), n_past_ + t + 1, hd, scale, scratch,
+                         att_.data() + t * c_.q_dim() + head * hd);
+    }
+  });
+}
+
+void Session::Forward(const int32_t* tokens, size_t n, bool all_logits,
+                      float* logits) {
+  const ModelWeights& w = model_.weights();
+  const size_t d = c_.d_model;
+  const size_t pairs = c_.rope_dims / 2;
+  float* x = x_.data();
+  float* h = h_.data();
+
+  for (size_t t = 0; t < n; ++t) ops::GetRow(w.token_embd, tokens[t], x + t * d);
+  RopeTables(n);
+
+  for (uint32_t layer = 0; layer < c_.n_layers; ++layer) {
+    const LayerWeights& l = w.layers[layer];
+    for (size_t t = 0; t < n; ++t) {
+      ops::RmsNorm(x + t * d, l.attn_norm.data(), d, c_.rms_eps, h + t * d);
+    }
+    ops::MatMul(l.wq, h, n, q_.data());
+    ops::MatMul(l.wk, h, n, k_.data());
+    ops::MatMul(l.wv, h, n, v_.data());
+    for (size_t t = 0; t < n; ++t) {
+      float* q = q_.data() + t * c_.q_dim();
+      float* k = k_.data() + t * c_.kv_dim();
+      float* v = v_.data() + t * c_.kv_dim();
+      if (c_.qkv_bias) {
+        ops::AddInPlace(l.bq.data(), q, c_.q_dim());
+        ops::AddInPlace(l.bk.data(), k, c_.kv_dim());
+        ops::AddInPlace(l.bv.data(), v, c_.kv_dim());
+      }
+      const float* cos = rope_cos_.data() + t * pairs;
+      const float* sin = rope_sin_.data() + t * pairs;
+      ops::ApplyRope(q, c_.n_heads, c_.head_dim, c_.rope_dims, cos, sin, c_.rope_style);
+      ops::ApplyRope(k, c_.n_kv_heads, c_.head_dim, c_.rope_dims, cos, sin, c_.rope_style);
+      std::memcpy(kv_.keys(layer, n_past_ + t), k, c_.kv_dim() * sizeof(float));
+      std::memcpy(kv_.values(layer, n_past_ + t), v, c_.kv_dim() * sizeof(float));
+    }
+    Attention(layer, n);
+    ops::MatMul(l.wo, att_.data(), n, o_.data());
+    ops::AddInPlace(o_.data(), x, n * d);
+
+    for (size_t t = 0; t < n; ++t) {
+      ops::RmsNorm(x + t * d, l.ffn_norm.data(), d, c_.rms_eps, h + t * d);
+    }
+    model_.feed_forward().Forward(layer, h, n, o_.data());
+    ops::AddInPlace(o_.data(), x, n * d);
+  }
+
+  if (logits != nullptr) {
+    // Only the rows whose logits are wanted go through the output head.
+    const size_t first = all_logits ? 0 : n - 1;
+    for (size_t t = first; t < n; ++t) {
+      ops::RmsNorm(x + t * d, w.output_norm.data(), d, c_.rms_eps, h + t * d);
+    }
+    ops::MatMul(w.output, h + first * d, n - first, logits);
+  }
+  n_past_ += n;
+}
+
+}  // namespace sparrow

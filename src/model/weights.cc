@@ -1,1 +1,128 @@
-// Placeholder: being written.
+#include "src/model/weights.h"
+
+#include <unordered_map>
+
+#include "base/error.h"
+#include "simd/gemv.h"
+#include "simd/quantize.h"
+
+namespace sparrow {
+namespace {
+
+class TensorLookup {
+ public:
+  TensorLookup(const std::vector<gguf::TensorInfo>& tensors, std::string source)
+      : source_(std::move(source)) {
+    for (const gguf::TensorInfo& t : tensors) by_name_.emplace(t.name, &t);
+  }
+
+  const gguf::TensorInfo* Find(const std::string& name) const {
+    auto it = by_name_.find(name);
+    return it == by_name_.end() ? nullptr : it->second;
+  }
+
+  const gguf::TensorInfo& Require(const std::string& name) const {
+    const gguf::TensorInfo* t = Find(name);
+    if (t == nullptr) ThrowInputError(source_, ": missing tensor '", name, "'");
+    return *t;
+  }
+
+  // A rows x cols matrix in a type the GEMV kernels handle.
+  ops::MatrixView Matrix(const std::string& name, uint64_t rows,
+                         uint64_t cols) const {
+    return MatrixFrom(Require(name), rows, cols);
+  }
+
+  ops::MatrixView MatrixFrom(const gguf::TensorInfo& t, uint64_t rows,
+                             uint64_t cols) const {
+    if (t.dims.size() != 2 || t.dims[0] != cols || t.dims[1] != rows) {
+      ThrowInputError(source_, ": tensor '", t.name, "' has shape ",
+                      Shape(t), ", expected [", cols, ", ", rows, "]");
+    }
+    if (!simd::GemvSupports(t.type)) {
+      ThrowInputError(source_, ": tensor '", t.name, "' has type ",
+                      TensorTypeName(t.type),
+                      ", which Sparrow does not support (supported: f32, "
+                      "f16, bf16, q8_0, q4_0, q4_K, q6_K)");
+    }
+    ops::MatrixView m;
+    m.type = t.type;
+    m.data = t.data;
+    m.rows = rows;
+    m.cols = cols;
+    m.row_bytes = t.n_bytes / rows;
+    return m;
+  }
+
+  // A 1-D tensor of `n` values converted to f32.
+  std::vector<float> Vector(const std::string& name, uint64_t n) const {
+    const gguf::TensorInfo& t = Require(name);
+    if (t.dims.size() != 1 || t.dims[0] != n) {
+      ThrowInputError(source_, ": tensor '", name, "' has shape ", Shape(t),
+                      ", expected [", n, "]");
+    }
+    if (t.type != TensorType::kF32 && t.type != TensorType::kF16 &&
+        t.type != TensorType::kBF16) {
+      ThrowInputError(source_, ": tensor '", name, "' has type ",
+                      TensorTypeName(t.type), "; vectors must be f32, f16 or bf16");
+    }
+    std::vector<float> out(n);
+    simd::DequantizeRowReference(t.type, t.data, n, out.data());
+    return out;
+  }
+
+ private:
+  static std::string Shape(const gguf::TensorInfo& t) {
+    std::string s = "[";
+    for (size_t i = 0; i < t.dims.size(); ++i) {
+      s += (i ? ", " : "") + std::to_string(t.dims[i]);
+    }
+    return s + "]";
+  }
+
+  std::string source_;
+  std::unordered_map<std::string, const gguf::TensorInfo*> by_name_;
+};
+
+}  // namespace
+
+ModelWeights BindWeights(const ModelConfig& c,
+                         const std::vector<gguf::TensorInfo>& tensors,
+                         const std::string& source_name, bool with_ffn) {
+  const TensorLookup lookup(tensors, source_name);
+  ModelWeights w;
+  w.token_embd = lookup.Matrix("token_embd.weight", c.n_vocab, c.d_model);
+  w.output_norm = lookup.Vector("output_norm.weight", c.d_model);
+  if (lookup.Find("output.weight") != nullptr) {
+    w.output = lookup.Matrix("output.weight", c.n_vocab, c.d_model);
+  } else {
+    w.output = w.token_embd;  // tied embeddings
+  }
+  if (lookup.Find("rope_freqs.weight") != nullptr) {
+    w.rope_freq_factors = lookup.Vector("rope_freqs.weight", c.rope_dims / 2);
+  }
+  w.layers.resize(c.n_layers);
+  for (uint32_t i = 0; i < c.n_layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    LayerWeights& l = w.layers[i];
+    l.attn_norm = lookup.Vector(b + "attn_norm.weight", c.d_model);
+    l.wq = lookup.Matrix(b + "attn_q.weight", c.q_dim(), c.d_model);
+    l.wk = lookup.Matrix(b + "attn_k.weight", c.kv_dim(), c.d_model);
+    l.wv = lookup.Matrix(b + "attn_v.weight", c.kv_dim(), c.d_model);
+    l.wo = lookup.Matrix(b + "attn_output.weight", c.d_model, c.q_dim());
+    if (c.qkv_bias) {
+      l.bq = lookup.Vector(b + "attn_q.bias", c.q_dim());
+      l.bk = lookup.Vector(b + "attn_k.bias", c.kv_dim());
+      l.bv = lookup.Vector(b + "attn_v.bias", c.kv_dim());
+    }
+    l.ffn_norm = lookup.Vector(b + "ffn_norm.weight", c.d_model);
+    if (with_ffn) {
+      l.gate = lookup.Matrix(b + "ffn_gate.weight", c.d_ff, c.d_model);
+      l.up = lookup.Matrix(b + "ffn_up.weight", c.d_ff, c.d_model);
+      l.down = lookup.Matrix(b + "ffn_down.weight", c.d_model, c.d_ff);
+    }
+  }
+  return w;
+}
+
+}  // namespace sparrow

@@ -1,1 +1,147 @@
-// Placeholder: being written.
+// Batched matrix products for prompt processing and perplexity.
+//
+// Which types go where: oneDNN's f32 matmul does every batched product. F32
+// weights are handed to it as they are. F16, BF16 and the block-quantized
+// types are dequantized to f32 one panel of rows at a time (PanelRows rows,
+// a few MiB, so the panel stays in cache) and each panel is multiplied by
+// the whole batch, which amortizes the dequantization over all tokens.
+// oneDNN 2.6 has no matmul for ggml's block formats (per-32-element scales),
+// and its bf16/f16 paths would round the activations too; f32 keeps the
+// batched path numerically equal to the decode path's to ~1e-6.
+// Batches too small to pay for this (and builds without oneDNN, e.g. Termux)
+// run the Highway GEMV once per token.
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+
+#include "base/aligned_buffer.h"
+#include "simd/quantize.h"
+#include "sparrow_config.h"
+#include "src/ops/ops.h"
+#include "src/threads.h"
+
+#if SPARROW_HAVE_ONEDNN
+#include <dnnl.hpp>
+#endif
+
+namespace sparrow::ops {
+namespace {
+
+// Below this many tokens, streaming the weights once per token through the
+// GEMV kernels is about as fast as dequantizing panels for oneDNN.
+constexpr size_t kMinBatchForGemm = 4;
+
+void MatMulByGemv(const MatrixView& w, const float* x, size_t n, float* y) {
+  for (size_t t = 0; t < n; ++t) MatVec(w, x + t * w.cols, y + t * w.rows);
+}
+
+#if SPARROW_HAVE_ONEDNN
+
+class OneDnn {
+ public:
+  static OneDnn& Get() {
+    static OneDnn instance;
+    return instance;
+  }
+
+  // dst[m x n_out] (row stride ldd) = src[m x k] * W^T where W is n_out x k
+  // with row stride ldw; all f32.
+  void Multiply(const float* src, size_t m, size_t k, const float* weights,
+                size_t ldw, size_t n_out, float* dst, size_t ldd) {
+    using dnnl::memory;
+    using dt = memory::data_type;
+    const memory::dims src_dims = {dim(m), dim(k)};
+    const memory::dims wei_dims = {dim(k), dim(n_out)};
+    const memory::dims dst_dims = {dim(m), dim(n_out)};
+    const memory::desc src_md(src_dims, dt::f32, memory::dims{dim(k), 1});
+    const memory::desc wei_md(wei_dims, dt::f32, memory::dims{1, dim(ldw)});
+    const memory::desc dst_md(dst_dims, dt::f32, memory::dims{dim(ldd), 1});
+
+    std::lock_guard<std::mutex> lock(mu_);
+    const Key key{m, k, n_out, ldw, ldd};
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      dnnl::matmul::primitive_desc pd(
+          dnnl::matmul::desc(src_md, wei_md, dst_md), engine_);
+      it = cache_.emplace(key, dnnl::matmul(pd)).first;
+      if (cache_.size() > 256) {  // shapes vary with prompt length
+        const dnnl::matmul keep = it->second;
+        cache_.clear();
+        it = cache_.emplace(key, keep).first;
+      }
+    }
+    memory src_mem(src_md, engine_, const_cast<float*>(src));
+    memory wei_mem(wei_md, engine_, const_cast<float*>(weights));
+    memory dst_mem(dst_md, engine_, dst);
+    it->second.execute(stream_, {{DNNL_ARG_SRC, src_mem},
+                                 {DNNL_ARG_WEIGHTS, wei_mem},
+                                 {DNNL_ARG_DST, dst_mem}});
+    stream_.wait();
+  }
+
+ private:
+  OneDnn() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+  static dnnl::memory::dim dim(size_t v) {
+    return static_cast<dnnl::memory::dim>(v);
+  }
+
+  struct Key {
+    size_t m, k, n, ldw, ldd;
+    bool operator==(const Key& o) const {
+      return m == o.m && k == o.k && n == o.n && ldw == o.ldw && ldd == o.ldd;
+    }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& key) const {
+      size_t h = key.m;
+      for (size_t v : {key.k, key.n, key.ldw, key.ldd}) h = h * 1000003u ^ v;
+      return h;
+    }
+  };
+
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::mutex mu_;
+  std::unordered_map<Key, dnnl::matmul, KeyHash> cache_;
+};
+
+// Rows per dequantized panel: about 4 MiB of f32.
+size_t PanelRows(size_t cols) {
+  const size_t rows = (4u << 20) / (cols * sizeof(float));
+  return std::max<size_t>(16, rows / 16 * 16);
+}
+
+#endif  // SPARROW_HAVE_ONEDNN
+
+}  // namespace
+
+void MatMul(const MatrixView& w, const float* x, size_t n, float* y) {
+#if SPARROW_HAVE_ONEDNN
+  if (n >= kMinBatchForGemm && GetKernelMode() == KernelMode::kFast) {
+    OneDnn& dnn = OneDnn::Get();
+    if (w.type == TensorType::kF32) {
+      dnn.Multiply(x, n, w.cols, reinterpret_cast<const float*>(w.data),
+                   w.row_bytes / sizeof(float), w.rows, y, w.rows);
+      return;
+    }
+    const size_t panel_rows = std::min(PanelRows(w.cols), w.rows);
+    thread_local AlignedBuffer<float> panel;
+    if (panel.size() < panel_rows * w.cols) panel.Reset(panel_rows * w.cols);
+    float* panel_data = panel.data();
+    for (size_t r0 = 0; r0 < w.rows; r0 += panel_rows) {
+      const size_t rows = std::min(panel_rows, w.rows - r0);
+      ParallelFor(rows, 4, [&](size_t begin, size_t end, int) {
+        for (size_t r = begin; r < end; ++r) {
+          simd::DequantizeRow(w.type, w.row(r0 + r), w.cols,
+                              panel_data + r * w.cols);
+        }
+      });
+      dnn.Multiply(x, n, w.cols, panel_data, w.cols, rows, y + r0, w.rows);
+    }
+    return;
+  }
+#endif
+  MatMulByGemv(w, x, n, y);
+}
+
+}  // namespace sparrow::ops

@@ -1,0 +1,13 @@
+// Subcommands of the `sparrow` binary. Each parses its own flags and
+// returns the exit status; InputError escapes to main (exit 2).
+#pragma once
+
+namespace sparrow::cli {
+
+int RunCommand(int argc, char** argv);
+int PerplexityCommand(int argc, char** argv);
+int BenchCommand(int argc, char** argv);
+int SynthCommand(int argc, char** argv);
+int InfoCommand(int argc, char** argv);
+
+}  // namespace sparrow::cli

@@ -1,0 +1,48 @@
+// Pieces every subcommand shares: option groups, parsing helpers, and the
+// process facts printed in summaries.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+
+namespace sparrow::cli {
+
+// Options every model-running command takes: -t and --kernels.
+void AddEngineOptions(cxxopts::Options& options);
+// Applies -t and --kernels; InputError for bad values.
+void ApplyEngineOptions(const cxxopts::ParseResult& args);
+
+// Parses argv; prints help and returns false when --help was asked for.
+bool Parse(cxxopts::Options& options, int argc, char** argv,
+           cxxopts::ParseResult* out);
+
+// The value of a required option; InputError naming it when absent.
+std::string Require(const cxxopts::ParseResult& args, const std::string& name);
+
+// "1,2,4" -> {1, 2, 4}; InputError on anything else.
+std::vector<int> ParseIntList(const std::string& text, const std::string& flag);
+
+std::string ReadTextFile(const std::string& path);
+uint64_t PeakRssBytes();
+// "1.13 MiB", "6.74 GiB"
+std::string FormatBytes(uint64_t bytes);
+
+// A one-line progress bar on stderr, drawn only when stderr is a terminal
+// and at most ~10 times a second.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string label);
+  ~ProgressBar();
+  void Update(uint64_t done, uint64_t total);
+
+ private:
+  std::string label_;
+  bool enabled_;
+  bool drawn_ = false;
+  double last_draw_ = 0.0;
+};
+
+}  // namespace sparrow::cli

@@ -1,0 +1,54 @@
+// The ops layer: the operations the model graph is written in, on plain
+// arrays. It picks kernels (fast Highway or scalar reference), splits work
+// across threads and batches through oneDNN; it knows nothing of layers,
+// attention heads' meaning or where weights came from.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "formats/tensor_type.h"
+#include "simd/rope.h"
+
+namespace sparrow::ops {
+
+// kReference routes every op through the scalar reference kernels (and no
+// oneDNN), the yardstick for the fast path (`--kernels reference`).
+enum class KernelMode { kFast, kReference };
+void SetKernelMode(KernelMode mode);
+KernelMode GetKernelMode();
+
+// A weight matrix as stored: `rows` rows of `cols` elements, each row
+// `row_bytes` long, in one of the simd/gemv.h types.
+struct MatrixView {
+  TensorType type = TensorType::kF32;
+  const uint8_t* data = nullptr;
+  size_t rows = 0;
+  size_t cols = 0;
+  size_t row_bytes = 0;
+
+  const uint8_t* row(size_t r) const { return data + r * row_bytes; }
+};
+
+// y = W x (x has cols entries, y has rows), threaded over rows.
+void MatVec(const MatrixView& w, const float* x, float* y);
+
+// y[t] = W x[t] for t < n: x is n x cols, y is n x rows, both row-major.
+// Large batches go through oneDNN (f32 weights directly, other types
+// dequantized panel by panel); small ones run MatVec per token.
+void MatMul(const MatrixView& w, const float* x, size_t n, float* y);
+
+// One row of W (e.g. an embedding) converted to f32.
+void GetRow(const MatrixView& w, size_t r, float* out);
+
+void RmsNorm(const float* x, const float* weight, size_t n, float eps,
+             float* out);
+void ApplyRope(float* heads, size_t n_heads, size_t head_dim, size_t rope_dims,
+               const float* cos, const float* sin, simd::RopeStyle style);
+void SiluMul(const float* gate, const float* up, size_t n, float* out);
+void AttentionHead(const float* q, const float* k, const float* v,
+                   size_t stride, size_t n_pos, size_t head_dim, float scale,
+                   float* scratch, float* out);
+void AddInPlace(const float* x, float* y, size_t n);
+
+}  // namespace sparrow::ops
