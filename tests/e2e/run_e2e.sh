@@ -1,2 +1,128 @@
 #!/bin/bash
-echo "e2e: not written yet"; exit 1
+# End-to-end checks of the sparrow CLI against ../shared's fixtures and
+# llama.cpp's reference figures. Usage: run_e2e.sh SPARROW_BIN SHARED_DIR
+set -u
+SPARROW=$1
+SHARED=$2
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+
+pass() { echo "PASS: $1"; }
+fail() { echo "FAIL: $1"; failures=$((failures + 1)); }
+
+# |a - b| <= tol
+within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= t) }'; }
+# |a - b| <= tol * |b|
+within_rel() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(d <= t * m) }'; }
+
+STORIES=$SHARED/models/stories260K.gguf
+for f in "$STORIES" "$SHARED/models/llama-2-tiny-random.gguf" "$SHARED/reference/stories260K_greedy_200.txt" \
+         "$SHARED/corpora/tinystories_val_excerpt.txt"; do
+  [ -f "$f" ] || { echo "FAIL: fixture $f is missing"; exit 1; }
+done
+
+# 1. Greedy generation equals llama.cpp's, byte for byte (trailing whitespace aside).
+"$SPARROW" run -m "$STORIES" -p "Once upon a time" -n 200 --temp 0 >"$WORK/greedy.txt" 2>"$WORK/greedy.err"
+rc=$?
+# Trailing white space (per line and at the end) is not significant.
+got=$(sed 's/[[:space:]]*$//' "$WORK/greedy.txt")
+want=$(sed 's/[[:space:]]*$//' "$SHARED/reference/stories260K_greedy_200.txt")
+if [ $rc -eq 0 ] && [ "$got" = "$want" ]; then
+  pass "greedy stories260K output equals the llama.cpp reference"
+else
+  fail "greedy stories260K output differs from the reference (rc=$rc)"
+  diff <(echo "$got") <(echo "$want") | head -20
+fi
+if tail -n 1 "$WORK/greedy.err" | grep -Eq '^prompt: [0-9.]+ tok/s, generation: [0-9.]+ tok/s, peak rss: [0-9.]+ MiB$'; then
+  pass "run prints the throughput line on stderr"
+else
+  fail "run's stderr summary line is malformed: $(tail -n 1 "$WORK/greedy.err")"
+fi
+
+# 2. Perplexity equals llama.cpp's figure.
+head -c 100000 "$SHARED/corpora/tinystories_val_excerpt.txt" >"$WORK/ppl.txt"
+"$SPARROW" perplexity -m "$STORIES" -f "$WORK/ppl.txt" -c 256 >"$WORK/ppl.out" 2>"$WORK/ppl.err"
+ppl=$(tail -n 1 "$WORK/ppl.out" | sed -n 's/^PPL = \([0-9.]*\) +\/- [0-9.]*$/\1/p')
+if [ -n "$ppl" ] && within "$ppl" 3.9392 0.0005; then
+  pass "perplexity $ppl equals llama.cpp's 3.9392 +/- 0.0005"
+else
+  fail "perplexity '$(tail -n 1 "$WORK/ppl.out")' is not 3.9392 +/- 0.0005"; tail -3 "$WORK/ppl.err"
+fi
+
+# 3. The F16, 32000-token format fixture runs.
+if "$SPARROW" run -m "$SHARED/models/llama-2-tiny-random.gguf" -p "Hello world" -n 16 --temp 0 >"$WORK/tiny.out" 2>"$WORK/tiny.err"; then
+  pass "llama-2-tiny-random.gguf (F16, 32000 vocab) runs"
+else
+  fail "llama-2-tiny-random.gguf failed: $(tail -n 1 "$WORK/tiny.err")"
+fi
+
+# 4. Every weight type round-trips through synth, and the fast kernels agree
+#    with the scalar reference within 1e-3 relative in perplexity.
+head -c 20000 "$SHARED/corpora/tinystories_val_excerpt.txt" >"$WORK/synth_text.txt"
+for type in f32 f16 bf16 q8_0 q4_0 q4_K q6_K; do
+  model=$WORK/synth-$type.gguf
+  if ! "$SPARROW" synth -o "$model" --dim 256 --ffn 512 --layers 2 --heads 4 --kv-heads 2 --vocab 1000 \
+       --type "$type" --seed 5 2>"$WORK/synth.err"; then
+    fail "synth --type $type: $(tail -n 1 "$WORK/synth.err")"; continue
+  fi
+  if ! "$SPARROW" info -m "$model" | grep -Eq "^  $type +[0-9]+ tensors"; then
+    fail "info does not list $type tensors in the synth model"
+  fi
+  fast=$("$SPARROW" perplexity -m "$model" -f "$WORK/synth_text.txt" -c 128 --chunks 4 --kernels fast 2>/dev/null | tail -n 1 | awk '{print $3}')
+  ref=$("$SPARROW" perplexity -m "$model" -f "$WORK/synth_text.txt" -c 128 --chunks 4 --kernels reference 2>/dev/null | tail -n 1 | awk '{print $3}')
+  if [ -n "$fast" ] && [ -n "$ref" ] && within_rel "$fast" "$ref" 0.001; then
+    pass "synth $type: perplexity fast $fast vs reference $ref within 1e-3"
+  else
+    fail "synth $type: perplexity fast '$fast' vs reference '$ref' not within 1e-3"
+  fi
+done
+
+# 5. Bad input: exit status 2 and exactly one line on stderr.
+expect_input_error() {
+  local what=$1; shift
+  "$@" >"$WORK/bad.out" 2>"$WORK/bad.err"
+  local rc=$?
+  local lines
+  lines=$(wc -l <"$WORK/bad.err")
+  if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && [ -s "$WORK/bad.err" ]; then
+    pass "$what -> exit 2: $(cat "$WORK/bad.err")"
+  else
+    fail "$what -> exit $rc with $lines stderr lines: $(head -c 300 "$WORK/bad.err")"
+  fi
+}
+head -c 5000 "$STORIES" >"$WORK/truncated.gguf"
+printf 'not a model at all' >"$WORK/garbage.gguf"
+expect_input_error "missing model file" "$SPARROW" run -m "$WORK/nope.gguf" -p hi
+expect_input_error "truncated GGUF" "$SPARROW" run -m "$WORK/truncated.gguf" -p hi
+expect_input_error "not a GGUF" "$SPARROW" info -m "$WORK/garbage.gguf"
+expect_input_error "unknown flag" "$SPARROW" run -m "$STORIES" --no-such-flag
+expect_input_error "unknown command" "$SPARROW" frobnicate
+expect_input_error "missing -m" "$SPARROW" run -p hi
+expect_input_error "bad synth type" "$SPARROW" synth -o "$WORK/x.gguf" --dim 64 --ffn 64 --layers 1 --heads 2 --vocab 400 --type q5_K
+expect_input_error "synth shape not a block multiple" "$SPARROW" synth -o "$WORK/x.gguf" --dim 100 --ffn 64 --layers 1 --heads 2 --vocab 400 --type q8_0
+expect_input_error "missing perplexity text" "$SPARROW" perplexity -m "$STORIES" -f "$WORK/none.txt"
+expect_input_error "bad thread list" "$SPARROW" bench -m "$STORIES" -t 1,x
+[ ! -e "$WORK/x.gguf" ] && pass "failed synth left no output file" || fail "failed synth left $WORK/x.gguf"
+if "$SPARROW" synth -o "$model" --dim 256 --ffn 512 --layers 1 --heads 4 --vocab 1000 --type f32 2>/dev/null; then
+  fail "synth overwrote an existing file without --force"
+else
+  pass "synth refuses to overwrite without --force"
+fi
+
+# 6. Seeded sampling is repeatable.
+a=$("$SPARROW" run -m "$STORIES" -p "Once" -n 40 --temp 0.9 --seed 42 2>/dev/null)
+b=$("$SPARROW" run -m "$STORIES" -p "Once" -n 40 --temp 0.9 --seed 42 2>/dev/null)
+c=$("$SPARROW" run -m "$STORIES" -p "Once" -n 40 --temp 0.9 --seed 43 2>/dev/null)
+[ "$a" = "$b" ] && pass "same seed, same text" || fail "same seed gave different text"
+[ "$a" != "$c" ] && pass "different seeds, different text" || fail "different seeds gave the same text"
+
+# 7. bench prints a row per thread count and test, in both formats.
+rows=$("$SPARROW" bench -m "$STORIES" -p 16 -n 16 -t 1,2 -r 2 2>/dev/null | grep -Ec '\| +(pp|tg)16 \| +[0-9.]+ ± [0-9.]+ \|$')
+[ "$rows" = 4 ] && pass "bench md: 4 rows" || fail "bench md printed $rows result rows, expected 4"
+json=$("$SPARROW" bench -m "$STORIES" -p 16 -n 0 -t 1 -r 2 -o json 2>/dev/null)
+echo "$json" | grep -q '"test": "pp16"' && echo "$json" | grep -q '"avg_ts": [0-9]' \
+  && pass "bench json" || fail "bench json malformed: $json"
+
+echo "e2e: $failures failure(s)"
+[ $failures -eq 0 ]

@@ -1,0 +1,28 @@
+#!/bin/bash
+# Installs the Debian packages Sparrow needs, only those missing.
+#   install_deps.sh build   compiler, Meson/Ninja, Highway, oneDNN, cxxopts, doctest, liburing
+#   install_deps.sh test    the above plus clang (fuzzers) and GNU time
+set -euo pipefail
+
+packages=(g++ pkg-config cmake meson ninja-build libhwy-dev libdnnl-dev libcxxopts-dev doctest-dev
+          liburing-dev ca-certificates)
+if [ "${1:-build}" = test ]; then
+  packages+=(clang libclang-rt-14-dev time util-linux)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install_deps: missing packages (run as root to install): ${missing[*]}" >&2
+  exit 1
+fi
+echo "install_deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"
