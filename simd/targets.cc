@@ -25,6 +25,7 @@ HWY_AFTER_NAMESPACE();
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
+#include <sys/prctl.h>
 #endif
 
 namespace sparrow::simd {
@@ -37,6 +38,12 @@ std::vector<Target> AvailableTargets() {
   for (int64_t bits : hwy::SupportedAndGeneratedTargets()) {
     out.push_back(Target{bits, hwy::TargetName(bits)});
   }
+  // Highway 1.0.3's SupportedTargets() initialises dispatch before it probes
+  // the SVE vector length, so a first call from here would leave dispatch on
+  // plain SVE/SVE2 even where SVE_256 (256-bit SVE) or SVE2_128 (128-bit
+  // SVE2) was detected. Re-choosing from the full set fixes that; while a
+  // target is forced, SupportedTargets() returns just that one.
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
   return out;
 }
 
@@ -85,22 +92,47 @@ std::string CpuFeatures() {
   add(__builtin_cpu_supports("avx512vbmi"), "avx512vbmi");
   add(__builtin_cpu_supports("avx512bf16"), "avx512bf16");
 #elif defined(__aarch64__) && defined(__linux__)
+  // Bit numbers from the kernel's uapi asm/hwcap.h, spelled out because
+  // older (Android NDK) headers lack the newer names.
   const unsigned long hw = getauxval(AT_HWCAP);
   const unsigned long hw2 = getauxval(AT_HWCAP2);
   add(hw & (1UL << 1), "asimd");       // HWCAP_ASIMD
-  add(hw & (1UL << 9), "fphp");        // HWCAP_FPHP (fp16 arithmetic)
-  add(hw & (1UL << 20), "asimddp");    // HWCAP_ASIMDDP (dot product)
+  add(hw & (1UL << 3), "aes");         // HWCAP_AES
+  add(hw & (1UL << 10), "asimdhp");    // HWCAP_ASIMDHP (fp16 vector math)
+  add(hw & (1UL << 20), "asimddp");    // HWCAP_ASIMDDP (int8 dot product)
+  add(hw2 & (1UL << 13), "i8mm");      // HWCAP2_I8MM
+  add(hw2 & (1UL << 14), "bf16");      // HWCAP2_BF16
   add(hw & (1UL << 22), "sve");        // HWCAP_SVE
   add(hw2 & (1UL << 1), "sve2");       // HWCAP2_SVE2
-  add(hw2 & (1UL << 14), "i8mm");      // HWCAP2_I8MM
+  if (hw & (1UL << 22)) {
+    // SVE code is vector-length agnostic; the length still decides which
+    // Highway target wins (SVE_256, SVE2_128), so report it.
+    constexpr int kGetVectorLength = 51;  // PR_SVE_GET_VL
+    const int vl = prctl(kGetVectorLength, 0, 0, 0, 0);
+    if (vl > 0) out += StrCat(" sve_bits=", (vl & 0xffff) * 8);
+  }
 #endif
   return out.empty() ? "none detected" : out;
+}
+
+namespace {
+std::vector<std::string>& TargetsVisited() {
+  static std::vector<std::string> visited;
+  return visited;
+}
+}  // namespace
+
+std::vector<std::string> TakeTargetsVisited() {
+  std::vector<std::string> out;
+  out.swap(TargetsVisited());
+  return out;
 }
 
 void ForEachTarget(const std::function<void(const Target&)>& body) {
   const std::vector<Target> targets = AvailableTargets();
   for (const Target& t : targets) {
     ForceTarget(t.bits);
+    TargetsVisited().push_back(t.name);
     try {
       body(t);
     } catch (...) {

@@ -29,5 +29,8 @@ std::string CpuFeatures();
 // Runs `body` once per available target with dispatch forced to it, then
 // restores the default. For tests: every kernel is checked on every target.
 void ForEachTarget(const std::function<void(const Target&)>& body);
+// Names of the targets ForEachTarget ran a body on since the last call, in
+// order; the test runner prints them so logs show what each test exercised.
+std::vector<std::string> TakeTargetsVisited();
 
 }  // namespace sparrow::simd
