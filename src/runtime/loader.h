@@ -1,0 +1,51 @@
+// Loaders turn a list of byte ranges of the bundle into bytes in memory, as
+// fast as the device allows. They never decide what is needed (the read
+// planner does) and never verify contents (the bundle's record CRCs are
+// checked by the caller).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sparrow {
+
+enum class IoMode { kPread, kDirect, kMmap, kUring };
+IoMode ParseIoMode(const std::string& name);  // InputError if unknown/unavailable
+std::string IoModeName(IoMode mode);
+
+struct ReadOp {
+  uint64_t offset = 0;   // file offset
+  uint64_t length = 0;   // bytes
+  uint8_t* dest = nullptr;
+};
+
+struct ReadTotals {
+  uint64_t bytes = 0;  // bytes transferred from the file
+  uint64_t calls = 0;  // read system calls (or submissions) issued
+};
+
+class Loader {
+ public:
+  virtual ~Loader() = default;
+  // Performs every op, `parallelism` at a time where the mode allows, and
+  // returns when all are complete. Ops must satisfy alignment() in offset,
+  // length and dest. InputError naming the file and offset on an I/O error
+  // or a short read (truncated file).
+  virtual ReadTotals ReadAll(const std::vector<ReadOp>& ops) = 0;
+  // Required alignment of offset, length and dest (4096 for direct, else 1).
+  virtual size_t alignment() const = 0;
+  virtual IoMode mode() const = 0;
+  // Bytes of memory this loader holds (thread stacks aside), for the budget.
+  virtual uint64_t memory_bytes() const = 0;
+};
+
+// Opens `path` for the given mode with `threads` I/O threads (or queue
+// depth, for io_uring). For kDirect, if the filesystem refuses O_DIRECT,
+// prints one warning line on stderr and falls back to kPread.
+std::unique_ptr<Loader> MakeLoader(IoMode mode, const std::string& path,
+                                   int threads);
+
+}  // namespace sparrow
