@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -29,6 +30,9 @@ namespace sparrow::gguf {
 inline constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 inline constexpr uint64_t kDefaultAlignment = 32;
 inline constexpr uint32_t kMaxDims = 4;
+// Arrays may hold arrays; deeper nesting than this is rejected (no real file
+// nests at all, and unbounded recursion would let a file exhaust the stack).
+inline constexpr uint32_t kMaxArrayDepth = 8;
 
 enum class ValueType : uint32_t {
   kU8 = 0,
@@ -47,6 +51,15 @@ enum class ValueType : uint32_t {
 };
 
 std::string_view ValueTypeName(ValueType type);
+bool IsKnownValueType(uint32_t id);
+bool IsUnsignedValueType(ValueType type);  // u8, u16, u32, u64
+bool IsSignedValueType(ValueType type);    // i8, i16, i32, i64
+bool IsFloatValueType(ValueType type);     // f32, f64
+
+// `text` made safe for a one-line message: control bytes and backslashes are
+// escaped (\x0a, \\) and anything past `max_bytes` becomes "...". Names and
+// keys come from files, so every message that quotes one goes through this.
+std::string Printable(std::string_view text, size_t max_bytes = 96);
 
 struct Value;
 // An array's elements all share `element_type`.
@@ -80,6 +93,9 @@ struct Value {
   const std::string* AsString() const;
   const Array* AsArray() const;
 };
+
+// "u32", "string", "array of f32", ... for messages.
+std::string TypeDescription(const Value& value);
 
 struct KeyValue {
   std::string key;
@@ -123,7 +139,9 @@ class GgufFile {
   const Value* Find(std::string_view key) const;
 
   // Typed lookups. Absent key: nullopt / empty. Present with an incompatible
-  // type: InputError naming the key and both types.
+  // type: InputError naming the key and both types. GetUInt takes any integer
+  // type (a negative value is an error); GetFloat and GetFloatArray take
+  // floats and integers; GetIntArray takes any integer element type.
   std::optional<std::string> GetString(std::string_view key) const;
   std::optional<uint64_t> GetUInt(std::string_view key) const;
   std::optional<double> GetFloat(std::string_view key) const;
@@ -149,6 +167,8 @@ class GgufFile {
   uint64_t data_offset_ = 0;
   std::vector<KeyValue> metadata_;
   std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string, size_t> key_index_;     // into metadata_
+  std::unordered_map<std::string, size_t> tensor_index_;  // into tensors_
 };
 
 class GgufWriter {
