@@ -1,1 +1,148 @@
-// Placeholder: being written.
+// Dispatch, GemvInput and the scalar reference for GEMV.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "simd/gemv.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "simd/gemv-inl.h"
+#include "simd/gemv.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sparrow::simd {
+namespace HWY_NAMESPACE {
+
+void GemvT(TensorType type, const void* weights, size_t row_bytes, size_t cols,
+           const GemvInput& x, size_t row_begin, size_t row_end, float* y) {
+  GemvImpl(type, weights, row_bytes, cols, x, row_begin, row_end, y);
+}
+
+void QuantizeActivationsT(const float* x, size_t n, int16_t* q, float* scales,
+                          float* sums, float* group_sums, float* group_scales) {
+  QuantizeActivationsImpl(x, n, q, scales, sums, group_sums, group_scales);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace sparrow::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "base/error.h"
+#include "simd/quantize.h"
+
+namespace sparrow::simd {
+namespace {
+
+// Zeroed slack after the per-block arrays (gemv-inl.h: kGemvPad).
+constexpr size_t kGemvPadFloats = 64;
+
+// Grows `buf` to at least `count` elements (contents unspecified).
+template <typename T>
+void Reserve(AlignedBuffer<T>& buf, size_t count) {
+  if (buf.size() < count) buf.Reset(count);
+}
+
+bool IsQuantized(TensorType type) {
+  return type == TensorType::kQ8_0 || type == TensorType::kQ4_0 ||
+         type == TensorType::kQ4_K || type == TensorType::kQ6_K;
+}
+
+}  // namespace
+
+HWY_EXPORT(GemvT);
+HWY_EXPORT(QuantizeActivationsT);
+
+bool GemvSupports(TensorType type) {
+  switch (type) {
+    case TensorType::kF32:
+    case TensorType::kF16:
+    case TensorType::kBF16:
+    case TensorType::kQ8_0:
+    case TensorType::kQ4_0:
+    case TensorType::kQ4_K:
+    case TensorType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void GemvInput::Prepare(TensorType weight_type, const float* x, size_t n) {
+  if (!GemvSupports(weight_type)) {
+    ThrowInputError("no GEMV kernel for tensor type ",
+                    TensorTypeName(weight_type));
+  }
+  const uint32_t block = GetTensorTypeInfo(weight_type).block_elems;
+  if (n % block != 0) {
+    ThrowInputError("GEMV input of ", n, " elements is not a whole number of ",
+                    TensorTypeName(weight_type), " blocks of ", block);
+  }
+  type_ = weight_type;
+  n_ = n;
+  Reserve(x_, n + kGemvPadFloats);
+  std::memcpy(x_.data(), x, n * sizeof(float));
+  if (!IsQuantized(weight_type)) return;
+
+  const size_t blocks = n / 32;
+  Reserve(q_, n + 256);
+  Reserve(scales_, blocks + kGemvPadFloats);
+  Reserve(sums_, blocks + kGemvPadFloats);
+  const bool groups = weight_type == TensorType::kQ6_K;
+  if (groups) {
+    Reserve(group_sums_, 2 * blocks + kGemvPadFloats);
+    Reserve(group_scales_, 2 * blocks + kGemvPadFloats);
+  }
+  HWY_DYNAMIC_DISPATCH(QuantizeActivationsT)(
+      x, n, q_.data(), scales_.data(), sums_.data(),
+      groups ? group_sums_.data() : nullptr,
+      groups ? group_scales_.data() : nullptr);
+  // Zero padding: kernels load whole vectors past the last block and
+  // multiply the extra lanes by these zeros.
+  std::memset(scales_.data() + blocks, 0, kGemvPadFloats * sizeof(float));
+  std::memset(sums_.data() + blocks, 0, kGemvPadFloats * sizeof(float));
+  if (groups) {
+    std::memset(group_sums_.data() + 2 * blocks, 0, kGemvPadFloats * sizeof(float));
+    std::memset(group_scales_.data() + 2 * blocks, 0, kGemvPadFloats * sizeof(float));
+  }
+}
+
+void Gemv(TensorType type, const void* weights, size_t row_bytes, size_t cols,
+          const GemvInput& x, size_t row_begin, size_t row_end, float* y) {
+  if (x.weight_type() != type || x.size() != cols) {
+    throw std::invalid_argument(StrCat(
+        "Gemv: input prepared for ", TensorTypeName(x.weight_type()), " x ",
+        x.size(), ", used with ", TensorTypeName(type), " x ", cols));
+  }
+  uint64_t bytes = 0;
+  if (!TensorTypeBytes(type, cols, &bytes) || bytes > row_bytes) {
+    throw std::invalid_argument(StrCat("Gemv: rows of ", row_bytes,
+                                       " bytes cannot hold ", cols, " ",
+                                       TensorTypeName(type), " elements"));
+  }
+  if (row_begin >= row_end) return;
+  HWY_DYNAMIC_DISPATCH(GemvT)(type, weights, row_bytes, cols, x, row_begin,
+                              row_end, y);
+}
+
+void GemvReference(TensorType type, const void* weights, size_t row_bytes,
+                   size_t cols, const float* x, size_t row_begin,
+                   size_t row_end, float* y) {
+  std::vector<float> row(cols);
+  const uint8_t* base = static_cast<const uint8_t*>(weights);
+  for (size_t r = row_begin; r < row_end; ++r) {
+    DequantizeRowReference(type, base + r * row_bytes, cols, row.data());
+    double sum = 0.0;
+    for (size_t i = 0; i < cols; ++i) {
+      sum += static_cast<double>(row[i]) * static_cast<double>(x[i]);
+    }
+    y[r] = static_cast<float>(sum);
+  }
+}
+
+}  // namespace sparrow::simd
+
+#endif  // HWY_ONCE

@@ -17,19 +17,34 @@ bool GemvSupports(TensorType type);
 
 // The activation vector prepared for one weight type. Prepare it once, then
 // use it from any number of threads for disjoint row ranges.
+//
+// For the quantized weight types the kernels multiply integers: each block
+// of 32 activations is scaled to int16 (round to nearest, largest magnitude
+// to +-32767, so the relative rounding error is at most 2^-16 of the block's
+// largest element), the weight nibbles/bytes are widened to int16, and
+// products are summed exactly in int32 within a block before one f32
+// multiply-add per block. Non-finite activations make the block scale NaN,
+// so they poison the result like they would in f32.
 class GemvInput {
  public:
-  // `n` must be a whole number of the type's blocks.
+  // `n` must be a whole number of the type's blocks (InputError otherwise).
+  // Reuses its buffers when they are big enough.
   void Prepare(TensorType weight_type, const float* x, size_t n);
 
   TensorType weight_type() const { return type_; }
   size_t size() const { return n_; }
   const float* x() const { return x_.data(); }
-  // Kernel-private: quantized activations and their per-block scales, in the
-  // layout the kernels of weight_type() want.
+  // Kernel-private, filled for the quantized types only (each array padded
+  // with zeros past the end so kernels may load whole vectors):
+  // the int16 activations in natural order,
   const int16_t* quantized() const { return q_.data(); }
+  // one f32 scale per block of 32 (x ~ quantized * scale),
   const float* scales() const { return scales_.data(); }
+  // the exact sum of each block's 32 quantized values (as f32),
   const float* sums() const { return sums_.data(); }
+  // and for Q6_K, per group of 16: the same sums and the group's scale.
+  const float* group_sums() const { return group_sums_.data(); }
+  const float* group_scales() const { return group_scales_.data(); }
 
  private:
   TensorType type_ = TensorType::kF32;
@@ -38,10 +53,15 @@ class GemvInput {
   AlignedBuffer<int16_t> q_;
   AlignedBuffer<float> scales_;
   AlignedBuffer<float> sums_;
+  AlignedBuffer<float> group_sums_;
+  AlignedBuffer<float> group_scales_;
 };
 
 // y[r] = dot(row r of W, x) for r in [row_begin, row_end). Rows are
 // `row_bytes` apart starting at `weights`; each holds `cols` elements.
+// `x` must have been prepared for `type` and `cols` (std::invalid_argument
+// otherwise). Results match GemvReference to about 1e-5 of sum |w_i x_i|
+// (see gemv_test.cc for the bound).
 void Gemv(TensorType type, const void* weights, size_t row_bytes, size_t cols,
           const GemvInput& x, size_t row_begin, size_t row_end, float* y);
 

@@ -16,9 +16,16 @@ bool CanConvert(TensorType type);
 
 // `n` elements (a whole number of blocks) from `src` in `type` to f32.
 void DequantizeRow(TensorType type, const void* src, size_t n, float* dst);
-// f32 to `type`; writes exactly the type's byte size for `n` elements.
-// Rounding and scale choice follow ggml's reference quantizers so files we
-// write load in llama.cpp with the same values.
+// f32 to `type`; writes exactly the type's byte size for `n` elements, in
+// ggml's block layout, so llama.cpp reads the same values we do.
+// F16/BF16 round to nearest even (NaN stays NaN). Q8_0 and Q4_0 choose the
+// block scale like ggml's reference quantizers (absmax / 127; the signed
+// extreme maps to -8) and round the same way. Q4_K and Q6_K search a few
+// candidate scales (and mins) per sub-block for the least squared error,
+// weighting large elements more, then quantize the sub-block scales to 6 or
+// 8 bits; close to ggml's choice in quality, not bit-for-bit equal to it.
+// Not fast (tens of ns per element for the K types) but fine for writing
+// whole models. Non-finite inputs give unspecified (but valid) blocks.
 void QuantizeRow(TensorType type, const float* src, size_t n, void* dst);
 
 // Scalar versions, the reference the Highway paths are tested against.

@@ -1,0 +1,646 @@
+// Per-target GEMV kernels (gemv.h) and the activation quantizer behind
+// GemvInput. Decoding is bound by how fast the weights stream from DRAM, so
+// every kernel reads each weight byte once, keeps the per-element work to a
+// handful of vector ops, and handles up to four rows per pass so that each
+// activation load serves several rows.
+//
+// Quantized types: the weights' 4/6/8-bit integers are widened to int16 and
+// multiplied with the int16 activations by ReorderWidenMulAccumulate (x86:
+// vpmaddwd), summing exactly in int32 over a block (or a Q6_K group); one
+// convert and one f32 multiply-add per block then apply the block's scale
+// (weight scale times activation scale, computed for a chunk of blocks up
+// front). Offsets that the formats apply to every element (Q4_0's -8, Q6_K's
+// -32, Q4_K's mins) are not subtracted per element: they only need the sum
+// of the block's activations, so they cost one multiply-add per block.
+//
+// The integer work uses at most 16 int16 lanes (256 bits): each step then
+// covers whole sub-blocks of 16 elements on AVX2/AVX-512 (and halves or less
+// of them on 128-bit or scalar targets), so a block's partial sums never mix
+// with another block's. On AVX-512 the 256-bit forms also keep the third
+// vector port busy, which 512-bit integer ops would not.
+
+#if defined(SPARROW_SIMD_GEMV_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SPARROW_SIMD_GEMV_INL_H_
+#undef SPARROW_SIMD_GEMV_INL_H_
+#else
+#define SPARROW_SIMD_GEMV_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include <hwy/highway.h>
+
+#include "formats/tensor_type.h"
+#include "simd/quant_blocks.h"
+#include "simd/quantize-inl.h"  // PromoteHalf
+
+HWY_BEFORE_NAMESPACE();
+namespace sparrow::simd {
+namespace HWY_NAMESPACE {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Blocks whose scales are computed in one pass before their dot products.
+inline constexpr size_t kGemvChunkBlocks = 64;
+// Slack after per-block arrays so that full vectors (up to 64 f32 lanes on
+// 2048-bit SVE) may be loaded and stored past the last block.
+inline constexpr size_t kGemvPad = 64;
+
+HWY_INLINE uint16_t LoadU16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+template <class D>
+HWY_INLINE float ReduceSum(D d, hn::Vec<D> v) {
+  return hn::GetLane(hn::SumOfLanes(d, v));
+}
+
+// ------------------------------------------------------------ activations
+
+// Quantizes x (n a multiple of 32) to int16 per block of 32 and writes the
+// per-block scale and exact integer sums; with `group_sums`, also per group
+// of 16 (Q6_K). Round to nearest even; the block's largest magnitude maps to
+// +-32767, so |x - q * scale| <= scale / 2 = max|x_block| / 65534.
+HWY_INLINE void QuantizeActivationsImpl(const float* HWY_RESTRICT x, size_t n,
+                                        int16_t* HWY_RESTRICT q,
+                                        float* HWY_RESTRICT scales,
+                                        float* HWY_RESTRICT sums,
+                                        float* HWY_RESTRICT group_sums,
+                                        float* HWY_RESTRICT group_scales) {
+  const hn::CappedTag<float, 16> df;
+  const hn::Rebind<int32_t, decltype(df)> di32;
+  const hn::Rebind<int16_t, decltype(df)> di16;
+  const size_t N = hn::Lanes(df);
+  for (size_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + 32 * b;
+    auto vmax = hn::Zero(df);
+    auto poison = hn::Zero(df);  // NaN iff some element is inf or NaN
+    for (size_t s = 0; s < 32; s += N) {
+      const auto v = hn::LoadU(df, xb + s);
+      vmax = hn::Max(vmax, hn::Abs(v));
+      poison = hn::MulAdd(v, hn::Zero(df), poison);
+    }
+    const float amax = ReduceSum(df, poison) + hn::GetLane(hn::MaxOfLanes(df, vmax));
+    if (!std::isfinite(amax)) {
+      scales[b] = std::numeric_limits<float>::quiet_NaN();
+      sums[b] = 0.0f;
+      std::memset(q + 32 * b, 0, 32 * sizeof(int16_t));
+      if (group_sums != nullptr) {
+        group_sums[2 * b] = group_sums[2 * b + 1] = 0.0f;
+        group_scales[2 * b] = group_scales[2 * b + 1] = scales[b];
+      }
+      continue;
+    }
+    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    scales[b] = amax / 32767.0f;
+    const auto vinv = hn::Set(df, inv);
+    int32_t half_sums[2] = {0, 0};
+    for (size_t s = 0; s < 32; s += N) {
+      const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + s), vinv));
+      hn::StoreU(hn::DemoteTo(di16, qi), di16, q + 32 * b + s);
+      half_sums[s / 16] += hn::GetLane(hn::SumOfLanes(di32, qi));
+    }
+    sums[b] = static_cast<float>(half_sums[0] + half_sums[1]);
+    if (group_sums != nullptr) {
+      group_sums[2 * b] = static_cast<float>(half_sums[0]);
+      group_sums[2 * b + 1] = static_cast<float>(half_sums[1]);
+      group_scales[2 * b] = group_scales[2 * b + 1] = scales[b];
+    }
+  }
+}
+
+// ------------------------------------------------------------ F32/F16/BF16
+
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadAsFloat(DF df, const float* p) {
+  return hn::LoadU(df, p);
+}
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadAsFloat(DF df, const hwy::float16_t* p) {
+  return PromoteHalf(df, hn::LoadU(hn::Rebind<hwy::float16_t, DF>(), p));
+}
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadAsFloat(DF df, const hwy::bfloat16_t* p) {
+  return PromoteHalf(df, hn::LoadU(hn::Rebind<hwy::bfloat16_t, DF>(), p));
+}
+
+// Rows of plain floats or halves: one f32 multiply-add per element.
+template <typename WT, size_t kRows>
+HWY_INLINE void FloatRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
+                          size_t cols, const float* HWY_RESTRICT x,
+                          float* HWY_RESTRICT y) {
+  const hn::ScalableTag<float> df;
+  const size_t N = hn::Lanes(df);
+  const WT* r0 = reinterpret_cast<const WT*>(w);
+  const WT* r1 = kRows > 1 ? reinterpret_cast<const WT*>(w + row_bytes) : r0;
+  const WT* r2 = kRows > 2 ? reinterpret_cast<const WT*>(w + 2 * row_bytes) : r0;
+  const WT* r3 = kRows > 3 ? reinterpret_cast<const WT*>(w + 3 * row_bytes) : r0;
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  size_t i = 0;
+  for (; i + N <= cols; i += N) {
+    const auto xv = hn::LoadU(df, x + i);
+    a0 = hn::MulAdd(LoadAsFloat(df, r0 + i), xv, a0);
+    if constexpr (kRows > 1) a1 = hn::MulAdd(LoadAsFloat(df, r1 + i), xv, a1);
+    if constexpr (kRows > 2) a2 = hn::MulAdd(LoadAsFloat(df, r2 + i), xv, a2);
+    if constexpr (kRows > 3) a3 = hn::MulAdd(LoadAsFloat(df, r3 + i), xv, a3);
+  }
+  if (i < cols) {
+    // The last partial vector through zeroed stack copies: never reads past
+    // the end of a row (the last row may end the mapping).
+    const size_t rest = cols - i;
+    HWY_ALIGN float xt[HWY_MAX_BYTES / sizeof(float)] = {};
+    HWY_ALIGN WT wt[HWY_MAX_BYTES / sizeof(float)] = {};
+    std::memcpy(xt, x + i, rest * sizeof(float));
+    const auto xv = hn::Load(df, xt);
+    std::memcpy(wt, r0 + i, rest * sizeof(WT));
+    a0 = hn::MulAdd(LoadAsFloat(df, wt), xv, a0);
+    if constexpr (kRows > 1) {
+      std::memcpy(wt, r1 + i, rest * sizeof(WT));
+      a1 = hn::MulAdd(LoadAsFloat(df, wt), xv, a1);
+    }
+    if constexpr (kRows > 2) {
+      std::memcpy(wt, r2 + i, rest * sizeof(WT));
+      a2 = hn::MulAdd(LoadAsFloat(df, wt), xv, a2);
+    }
+    if constexpr (kRows > 3) {
+      std::memcpy(wt, r3 + i, rest * sizeof(WT));
+      a3 = hn::MulAdd(LoadAsFloat(df, wt), xv, a3);
+    }
+  }
+  y[0] = ReduceSum(df, a0);
+  if constexpr (kRows > 1) y[1] = ReduceSum(df, a1);
+  if constexpr (kRows > 2) y[2] = ReduceSum(df, a2);
+  if constexpr (kRows > 3) y[3] = ReduceSum(df, a3);
+}
+
+// ------------------------------------------------------------ Q8_0 / Q4_0
+
+// Tags for the integer part: at most 16 int16 lanes (see the top comment).
+struct IntTags {
+  hn::CappedTag<int16_t, 16> d16;
+  hn::RebindToUnsigned<hn::CappedTag<int16_t, 16>> du16;
+  hn::Rebind<uint8_t, hn::CappedTag<int16_t, 16>> du8;
+  hn::Rebind<int8_t, hn::CappedTag<int16_t, 16>> di8;
+  hn::RepartitionToWide<hn::CappedTag<int16_t, 16>> d32;
+  hn::Rebind<float, hn::RepartitionToWide<hn::CappedTag<int16_t, 16>>> df;
+};
+
+// For `count` blocks of `block_bytes` starting at `blocks`, each starting
+// with its f16 scale: sw[b] = weight scale * activation scale sx[b], and
+// adds sw[b] * sums[b] to `offset` (the kernels' per-block offset terms).
+// sw has room for count + kGemvPad floats; sx and sums are padded.
+template <class DF>
+HWY_INLINE void BlockScales(DF df, const uint8_t* HWY_RESTRICT blocks,
+                            size_t block_bytes, size_t count,
+                            const float* HWY_RESTRICT sx,
+                            const float* HWY_RESTRICT sums,
+                            float* HWY_RESTRICT sw, hn::Vec<DF>& offset) {
+  const hn::RebindToSigned<DF> di32;
+  const hn::Rebind<uint16_t, DF> du16;
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  const size_t N = hn::Lanes(df);
+  const auto lane_offsets =
+      hn::Mul(hn::Iota(di32, 0), hn::Set(di32, static_cast<int32_t>(block_bytes)));
+  const auto low16 = hn::Set(di32, 0xFFFF);
+  for (size_t b = 0; b < count; b += N) {
+    // Each lane gathers 4 bytes at its block's start: the f16 scale and two
+    // bytes that follow it inside the block. Lanes past `count` repeat the
+    // last block (no reads past it) and are zeroed below.
+    const size_t valid = std::min(N, count - b);
+    const auto offsets = hn::Min(
+        lane_offsets, hn::Set(di32, static_cast<int32_t>((valid - 1) * block_bytes)));
+    const auto raw = hn::GatherOffset(
+        di32, reinterpret_cast<const int32_t*>(blocks + b * block_bytes), offsets);
+    const auto bits = hn::DemoteTo(du16, hn::And(raw, low16));
+    const auto dw = PromoteHalf(df, hn::BitCast(df16, bits));
+    auto s = hn::Mul(dw, hn::LoadU(df, sx + b));
+    if (valid < N) s = hn::IfThenElseZero(hn::FirstN(df, valid), s);
+    hn::StoreU(s, df, sw + b);
+    offset = hn::MulAdd(s, hn::LoadU(df, sums + b), offset);
+  }
+}
+
+// One step of Q4_0: 16 (or fewer) bytes of nibbles against the block's
+// activations for their low nibbles (elements s..) and high ones (16 + s..).
+template <class V16, class V32>
+HWY_INLINE void Q4_0Step(const IntTags& t, const uint8_t* HWY_RESTRICT qs,
+                         V16 xlo, V16 xhi, V32& sum0, V32& sum1) {
+  const auto v = hn::BitCast(t.d16, hn::PromoteTo(t.du16, hn::LoadU(t.du8, qs)));
+  const auto lo = hn::And(v, hn::Set(t.d16, 15));
+  const auto hi = hn::ShiftRight<4>(v);
+  sum0 = hn::ReorderWidenMulAccumulate(t.d32, lo, xlo, sum0, sum1);
+  sum0 = hn::ReorderWidenMulAccumulate(t.d32, hi, xhi, sum0, sum1);
+}
+
+// Q4_0 stores nibbles q with value (q - 8) * d: the kernel sums q * x and
+// subtracts 8 * d * sum(x) per block through BlockScales' offset term.
+template <size_t kRows>
+HWY_INLINE void Q4_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
+                         size_t nblocks, const int16_t* HWY_RESTRICT xq,
+                         const float* HWY_RESTRICT sx,
+                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
+  const IntTags t;
+  const hn::ScalableTag<float> dfull;
+  const size_t N16 = hn::Lanes(t.d16);
+  constexpr size_t kBB = sizeof(BlockQ4_0);
+  const uint8_t* r0 = w;
+  const uint8_t* r1 = kRows > 1 ? w + row_bytes : w;
+  const uint8_t* r2 = kRows > 2 ? w + 2 * row_bytes : w;
+  const uint8_t* r3 = kRows > 3 ? w + 3 * row_bytes : w;
+  HWY_ALIGN float sw[kRows][kGemvChunkBlocks + kGemvPad];
+  auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df),
+       f3 = hn::Zero(t.df);
+  auto o0 = hn::Zero(dfull), o1 = hn::Zero(dfull), o2 = hn::Zero(dfull),
+       o3 = hn::Zero(dfull);
+  for (size_t b0 = 0; b0 < nblocks; b0 += kGemvChunkBlocks) {
+    const size_t count = std::min(kGemvChunkBlocks, nblocks - b0);
+    BlockScales(dfull, r0 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[0], o0);
+    if constexpr (kRows > 1)
+      BlockScales(dfull, r1 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[1 % kRows], o1);
+    if constexpr (kRows > 2)
+      BlockScales(dfull, r2 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[2 % kRows], o2);
+    if constexpr (kRows > 3)
+      BlockScales(dfull, r3 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[3 % kRows], o3);
+    for (size_t b = 0; b < count; ++b) {
+      const int16_t* xb = xq + (b0 + b) * 32;
+      const size_t off = (b0 + b) * kBB + 2;
+      auto s00 = hn::Zero(t.d32), s01 = hn::Zero(t.d32);
+      auto s10 = hn::Zero(t.d32), s11 = hn::Zero(t.d32);
+      auto s20 = hn::Zero(t.d32), s21 = hn::Zero(t.d32);
+      auto s30 = hn::Zero(t.d32), s31 = hn::Zero(t.d32);
+      for (size_t s = 0; s < 16; s += N16) {
+        const auto xlo = hn::Load(t.d16, xb + s);
+        const auto xhi = hn::Load(t.d16, xb + 16 + s);
+        Q4_0Step(t, r0 + off + s, xlo, xhi, s00, s01);
+        if constexpr (kRows > 1) Q4_0Step(t, r1 + off + s, xlo, xhi, s10, s11);
+        if constexpr (kRows > 2) Q4_0Step(t, r2 + off + s, xlo, xhi, s20, s21);
+        if constexpr (kRows > 3) Q4_0Step(t, r3 + off + s, xlo, xhi, s30, s31);
+      }
+      f0 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s00, s01)), hn::Set(t.df, sw[0][b]), f0);
+      if constexpr (kRows > 1)
+        f1 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s10, s11)), hn::Set(t.df, sw[1 % kRows][b]), f1);
+      if constexpr (kRows > 2)
+        f2 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s20, s21)), hn::Set(t.df, sw[2 % kRows][b]), f2);
+      if constexpr (kRows > 3)
+        f3 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s30, s31)), hn::Set(t.df, sw[3 % kRows][b]), f3);
+    }
+  }
+  y[0] = ReduceSum(t.df, f0) - 8.0f * ReduceSum(dfull, o0);
+  if constexpr (kRows > 1) y[1] = ReduceSum(t.df, f1) - 8.0f * ReduceSum(dfull, o1);
+  if constexpr (kRows > 2) y[2] = ReduceSum(t.df, f2) - 8.0f * ReduceSum(dfull, o2);
+  if constexpr (kRows > 3) y[3] = ReduceSum(t.df, f3) - 8.0f * ReduceSum(dfull, o3);
+}
+
+template <class V16, class V32>
+HWY_INLINE void Q8_0Step(const IntTags& t, const uint8_t* HWY_RESTRICT qs,
+                         V16 xv, V32& sum0, V32& sum1) {
+  const auto v = hn::PromoteTo(t.d16, hn::LoadU(t.di8, reinterpret_cast<const int8_t*>(qs)));
+  sum0 = hn::ReorderWidenMulAccumulate(t.d32, v, xv, sum0, sum1);
+}
+
+template <size_t kRows>
+HWY_INLINE void Q8_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
+                         size_t nblocks, const int16_t* HWY_RESTRICT xq,
+                         const float* HWY_RESTRICT sx,
+                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
+  const IntTags t;
+  const hn::ScalableTag<float> dfull;
+  const size_t N16 = hn::Lanes(t.d16);
+  constexpr size_t kBB = sizeof(BlockQ8_0);
+  const uint8_t* r0 = w;
+  const uint8_t* r1 = kRows > 1 ? w + row_bytes : w;
+  const uint8_t* r2 = kRows > 2 ? w + 2 * row_bytes : w;
+  const uint8_t* r3 = kRows > 3 ? w + 3 * row_bytes : w;
+  HWY_ALIGN float sw[kRows][kGemvChunkBlocks + kGemvPad];
+  auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df),
+       f3 = hn::Zero(t.df);
+  auto unused = hn::Zero(dfull);  // Q8_0 is symmetric: no offset term
+  for (size_t b0 = 0; b0 < nblocks; b0 += kGemvChunkBlocks) {
+    const size_t count = std::min(kGemvChunkBlocks, nblocks - b0);
+    BlockScales(dfull, r0 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[0], unused);
+    if constexpr (kRows > 1)
+      BlockScales(dfull, r1 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[1 % kRows], unused);
+    if constexpr (kRows > 2)
+      BlockScales(dfull, r2 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[2 % kRows], unused);
+    if constexpr (kRows > 3)
+      BlockScales(dfull, r3 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[3 % kRows], unused);
+    for (size_t b = 0; b < count; ++b) {
+      const int16_t* xb = xq + (b0 + b) * 32;
+      const size_t off = (b0 + b) * kBB + 2;
+      auto s00 = hn::Zero(t.d32), s01 = hn::Zero(t.d32);
+      auto s10 = hn::Zero(t.d32), s11 = hn::Zero(t.d32);
+      auto s20 = hn::Zero(t.d32), s21 = hn::Zero(t.d32);
+      auto s30 = hn::Zero(t.d32), s31 = hn::Zero(t.d32);
+      for (size_t s = 0; s < 32; s += N16) {
+        const auto xv = hn::Load(t.d16, xb + s);
+        Q8_0Step(t, r0 + off + s, xv, s00, s01);
+        if constexpr (kRows > 1) Q8_0Step(t, r1 + off + s, xv, s10, s11);
+        if constexpr (kRows > 2) Q8_0Step(t, r2 + off + s, xv, s20, s21);
+        if constexpr (kRows > 3) Q8_0Step(t, r3 + off + s, xv, s30, s31);
+      }
+      f0 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s00, s01)), hn::Set(t.df, sw[0][b]), f0);
+      if constexpr (kRows > 1)
+        f1 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s10, s11)), hn::Set(t.df, sw[1 % kRows][b]), f1);
+      if constexpr (kRows > 2)
+        f2 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s20, s21)), hn::Set(t.df, sw[2 % kRows][b]), f2);
+      if constexpr (kRows > 3)
+        f3 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s30, s31)), hn::Set(t.df, sw[3 % kRows][b]), f3);
+    }
+  }
+  y[0] = ReduceSum(t.df, f0);
+  if constexpr (kRows > 1) y[1] = ReduceSum(t.df, f1);
+  if constexpr (kRows > 2) y[2] = ReduceSum(t.df, f2);
+  if constexpr (kRows > 3) y[3] = ReduceSum(t.df, f3);
+}
+
+// ------------------------------------------------------------ Q4_K
+
+// Per super-block and row: sw[s] = d * sc[s] * sx[s] for the 8 sub-blocks,
+// and adds dmin * m[s] * sx[s] * sums[s] (the mins' share) to `mins`.
+template <class D8>
+HWY_INLINE void Q4_KScales(D8 d8, const uint8_t* HWY_RESTRICT block,
+                           const float* HWY_RESTRICT sx,
+                           const float* HWY_RESTRICT sums,
+                           float* HWY_RESTRICT sw, hn::Vec<D8>& mins) {
+  const hn::Rebind<int32_t, D8> di32;
+  const hn::Rebind<uint8_t, D8> du8;
+  const size_t N = hn::Lanes(d8);
+  const float d = HalfBitsToFloat(LoadU16(block));
+  const float dmin = HalfBitsToFloat(LoadU16(block + 2));
+  // UnpackQ4KScales on four bytes at a time (little-endian words): bytes
+  // 0..7 of `unpacked` are the scales, 8..15 the mins.
+  uint32_t a, b, c;
+  std::memcpy(&a, block + 4, 4);
+  std::memcpy(&b, block + 8, 4);
+  std::memcpy(&c, block + 12, 4);
+  const uint32_t words[4] = {
+      a & 0x3f3f3f3fu, (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u),
+      b & 0x3f3f3f3fu, ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u)};
+  HWY_ALIGN uint8_t unpacked[16];
+  std::memcpy(unpacked, words, 16);
+  const auto vd = hn::Set(d8, d);
+  const auto vdmin = hn::Set(d8, dmin);
+  for (size_t i = 0; i < 8; i += N) {
+    const auto sc = hn::ConvertTo(d8, hn::PromoteTo(di32, hn::LoadU(du8, unpacked + i)));
+    const auto m = hn::ConvertTo(d8, hn::PromoteTo(di32, hn::LoadU(du8, unpacked + 8 + i)));
+    const auto xs = hn::LoadU(d8, sx + i);
+    hn::StoreU(hn::Mul(hn::Mul(sc, vd), xs), d8, sw + i);
+    mins = hn::MulAdd(hn::Mul(m, vdmin), hn::Mul(xs, hn::LoadU(d8, sums + i)), mins);
+  }
+}
+
+// One step over 32-byte group g's bytes s..: low nibbles belong to sub-block
+// 2g (activations xa), high nibbles to 2g + 1 (xb).
+template <class V16, class V32>
+HWY_INLINE void Q4_KStep(const IntTags& t, const uint8_t* HWY_RESTRICT qs,
+                         V16 xa, V16 xb, V32& a0, V32& a1, V32& b0, V32& b1) {
+  const auto v = hn::BitCast(t.d16, hn::PromoteTo(t.du16, hn::LoadU(t.du8, qs)));
+  a0 = hn::ReorderWidenMulAccumulate(t.d32, hn::And(v, hn::Set(t.d16, 15)), xa, a0, a1);
+  b0 = hn::ReorderWidenMulAccumulate(t.d32, hn::ShiftRight<4>(v), xb, b0, b1);
+}
+
+template <class DF, class V32>
+HWY_INLINE void ApplyScale(DF df, V32 sum0, V32 sum1, float scale,
+                           hn::Vec<DF>& acc) {
+  acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(sum0, sum1)), hn::Set(df, scale), acc);
+}
+
+template <size_t kRows>
+HWY_INLINE void Q4_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
+                         size_t nblocks, const int16_t* HWY_RESTRICT xq,
+                         const float* HWY_RESTRICT sx,
+                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
+  const IntTags t;
+  const hn::CappedTag<float, 8> d8;
+  const size_t N16 = hn::Lanes(t.d16);
+  constexpr size_t kBB = sizeof(BlockQ4_K);
+  constexpr size_t kQs = offsetof(BlockQ4_K, qs);
+  const uint8_t* r0 = w;
+  const uint8_t* r1 = kRows > 1 ? w + row_bytes : w;
+  auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df);
+  auto m0 = hn::Zero(d8), m1 = hn::Zero(d8);
+  HWY_ALIGN float sw[kRows][8 + kGemvPad];
+  for (size_t sb = 0; sb < nblocks; ++sb) {
+    const int16_t* xb = xq + sb * 256;
+    Q4_KScales(d8, r0 + sb * kBB, sx + 8 * sb, sums + 8 * sb, sw[0], m0);
+    if constexpr (kRows > 1)
+      Q4_KScales(d8, r1 + sb * kBB, sx + 8 * sb, sums + 8 * sb, sw[1 % kRows], m1);
+    for (size_t g = 0; g < 4; ++g) {
+      const size_t off = sb * kBB + kQs + 32 * g;
+      auto a00 = hn::Zero(t.d32), a01 = hn::Zero(t.d32), b00 = hn::Zero(t.d32),
+           b01 = hn::Zero(t.d32);
+      auto a10 = hn::Zero(t.d32), a11 = hn::Zero(t.d32), b10 = hn::Zero(t.d32),
+           b11 = hn::Zero(t.d32);
+      for (size_t s = 0; s < 32; s += N16) {
+        const auto xa = hn::Load(t.d16, xb + 64 * g + s);
+        const auto xbv = hn::Load(t.d16, xb + 64 * g + 32 + s);
+        Q4_KStep(t, r0 + off + s, xa, xbv, a00, a01, b00, b01);
+        if constexpr (kRows > 1) Q4_KStep(t, r1 + off + s, xa, xbv, a10, a11, b10, b11);
+      }
+      ApplyScale(t.df, a00, a01, sw[0][2 * g], f0);
+      ApplyScale(t.df, b00, b01, sw[0][2 * g + 1], f0);
+      if constexpr (kRows > 1) {
+        ApplyScale(t.df, a10, a11, sw[1 % kRows][2 * g], f1);
+        ApplyScale(t.df, b10, b11, sw[1 % kRows][2 * g + 1], f1);
+      }
+    }
+  }
+  y[0] = ReduceSum(t.df, f0) - ReduceSum(d8, m0);
+  if constexpr (kRows > 1) y[1] = ReduceSum(t.df, f1) - ReduceSum(d8, m1);
+}
+
+// ------------------------------------------------------------ Q6_K
+
+// Per super-block and row: sw[g] = d * sc[g] * sx[g] for the 16 groups, and
+// adds sw[g] * sums[g] to `offset` (for the -32 of every element).
+template <class D8>
+HWY_INLINE void Q6_KScales(D8 d8, const uint8_t* HWY_RESTRICT block,
+                           const float* HWY_RESTRICT sx,
+                           const float* HWY_RESTRICT sums,
+                           float* HWY_RESTRICT sw, hn::Vec<D8>& offset) {
+  const hn::Rebind<int32_t, D8> di32;
+  const hn::Rebind<int8_t, D8> di8;
+  const size_t N = hn::Lanes(d8);
+  const auto vd = hn::Set(d8, HalfBitsToFloat(LoadU16(block + offsetof(BlockQ6_K, d))));
+  const int8_t* sc = reinterpret_cast<const int8_t*>(block + offsetof(BlockQ6_K, scales));
+  for (size_t i = 0; i < 16; i += N) {
+    const auto s = hn::ConvertTo(d8, hn::PromoteTo(di32, hn::LoadU(di8, sc + i)));
+    const auto v = hn::Mul(hn::Mul(s, vd), hn::LoadU(d8, sx + i));
+    hn::StoreU(v, d8, sw + i);
+    offset = hn::MulAdd(v, hn::LoadU(d8, sums + i), offset);
+  }
+}
+
+// One step: 16 (or fewer) elements of each of the four element groups that
+// share the bytes ql[s..], ql[32 + s..] and qh[s..] of one half.
+template <class V16, class V32>
+HWY_INLINE void Q6_KStep(const IntTags& t, const uint8_t* HWY_RESTRICT ql,
+                         const uint8_t* HWY_RESTRICT qh, V16 x0, V16 x1, V16 x2,
+                         V16 x3, V32& a0, V32& a1, V32& b0, V32& b1, V32& c0,
+                         V32& c1, V32& e0, V32& e1) {
+  const auto low = hn::BitCast(t.d16, hn::PromoteTo(t.du16, hn::LoadU(t.du8, ql)));
+  const auto low2 = hn::BitCast(t.d16, hn::PromoteTo(t.du16, hn::LoadU(t.du8, ql + 32)));
+  const auto high = hn::BitCast(t.d16, hn::PromoteTo(t.du16, hn::LoadU(t.du8, qh)));
+  const auto m4 = hn::Set(t.d16, 15);
+  const auto m2 = hn::Set(t.d16, 0x30);
+  const auto q0 = hn::OrAnd(hn::And(low, m4), hn::ShiftLeft<4>(high), m2);
+  const auto q1 = hn::OrAnd(hn::And(low2, m4), hn::ShiftLeft<2>(high), m2);
+  const auto q2 = hn::OrAnd(hn::ShiftRight<4>(low), high, m2);
+  const auto q3 = hn::OrAnd(hn::ShiftRight<4>(low2), hn::ShiftRight<2>(high), m2);
+  a0 = hn::ReorderWidenMulAccumulate(t.d32, q0, x0, a0, a1);
+  b0 = hn::ReorderWidenMulAccumulate(t.d32, q1, x1, b0, b1);
+  c0 = hn::ReorderWidenMulAccumulate(t.d32, q2, x2, c0, c1);
+  e0 = hn::ReorderWidenMulAccumulate(t.d32, q3, x3, e0, e1);
+}
+
+template <size_t kRows>
+HWY_INLINE void Q6_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
+                         size_t nblocks, const int16_t* HWY_RESTRICT xq,
+                         const float* HWY_RESTRICT group_sx,
+                         const float* HWY_RESTRICT group_sums,
+                         float* HWY_RESTRICT y) {
+  const IntTags t;
+  const hn::CappedTag<float, 8> d8;
+  const size_t N16 = hn::Lanes(t.d16);
+  constexpr size_t kBB = sizeof(BlockQ6_K);
+  constexpr size_t kQh = offsetof(BlockQ6_K, qh);
+  const uint8_t* r0 = w;
+  const uint8_t* r1 = kRows > 1 ? w + row_bytes : w;
+  auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df);
+  auto o0 = hn::Zero(d8), o1 = hn::Zero(d8);
+  HWY_ALIGN float sw[kRows][16 + kGemvPad];
+  for (size_t sb = 0; sb < nblocks; ++sb) {
+    const int16_t* xb = xq + sb * 256;
+    Q6_KScales(d8, r0 + sb * kBB, group_sx + 16 * sb, group_sums + 16 * sb, sw[0], o0);
+    if constexpr (kRows > 1)
+      Q6_KScales(d8, r1 + sb * kBB, group_sx + 16 * sb, group_sums + 16 * sb,
+                 sw[1 % kRows], o1);
+    for (size_t h = 0; h < 2; ++h) {
+      for (size_t l0 = 0; l0 < 32; l0 += 16) {
+        auto a00 = hn::Zero(t.d32), a01 = hn::Zero(t.d32), b00 = hn::Zero(t.d32),
+             b01 = hn::Zero(t.d32), c00 = hn::Zero(t.d32), c01 = hn::Zero(t.d32),
+             e00 = hn::Zero(t.d32), e01 = hn::Zero(t.d32);
+        auto a10 = hn::Zero(t.d32), a11 = hn::Zero(t.d32), b10 = hn::Zero(t.d32),
+             b11 = hn::Zero(t.d32), c10 = hn::Zero(t.d32), c11 = hn::Zero(t.d32),
+             e10 = hn::Zero(t.d32), e11 = hn::Zero(t.d32);
+        for (size_t s = l0; s < l0 + 16; s += N16) {
+          const int16_t* xh = xb + 128 * h + s;
+          const auto x0 = hn::Load(t.d16, xh);
+          const auto x1 = hn::Load(t.d16, xh + 32);
+          const auto x2 = hn::Load(t.d16, xh + 64);
+          const auto x3 = hn::Load(t.d16, xh + 96);
+          const size_t ql = sb * kBB + 64 * h + s;
+          const size_t qh = sb * kBB + kQh + 32 * h + s;
+          Q6_KStep(t, r0 + ql, r0 + qh, x0, x1, x2, x3, a00, a01, b00, b01, c00,
+                   c01, e00, e01);
+          if constexpr (kRows > 1)
+            Q6_KStep(t, r1 + ql, r1 + qh, x0, x1, x2, x3, a10, a11, b10, b11,
+                     c10, c11, e10, e11);
+        }
+        // Groups 8h + l0/16 + {0, 2, 4, 6} hold elements 128h + l0 + 32k.
+        const size_t g = 8 * h + l0 / 16;
+        ApplyScale(t.df, a00, a01, sw[0][g], f0);
+        ApplyScale(t.df, b00, b01, sw[0][g + 2], f0);
+        ApplyScale(t.df, c00, c01, sw[0][g + 4], f0);
+        ApplyScale(t.df, e00, e01, sw[0][g + 6], f0);
+        if constexpr (kRows > 1) {
+          ApplyScale(t.df, a10, a11, sw[1 % kRows][g], f1);
+          ApplyScale(t.df, b10, b11, sw[1 % kRows][g + 2], f1);
+          ApplyScale(t.df, c10, c11, sw[1 % kRows][g + 4], f1);
+          ApplyScale(t.df, e10, e11, sw[1 % kRows][g + 6], f1);
+        }
+      }
+    }
+  }
+  y[0] = ReduceSum(t.df, f0) - 32.0f * ReduceSum(d8, o0);
+  if constexpr (kRows > 1) y[1] = ReduceSum(t.df, f1) - 32.0f * ReduceSum(d8, o1);
+}
+
+// ------------------------------------------------------------ dispatch
+
+// Calls K::Run<kGroup> on whole groups of rows, then K::Run<1> on the rest.
+template <size_t kGroup, class K, typename... Args>
+HWY_INLINE void ForRowGroups(const uint8_t* base, size_t row_bytes,
+                             size_t row_begin, size_t row_end, float* y,
+                             Args... args) {
+  size_t r = row_begin;
+  for (; r + kGroup <= row_end; r += kGroup) {
+    K::template Run<kGroup>(base + r * row_bytes, row_bytes, args..., y + r);
+  }
+  for (; r < row_end; ++r) {
+    K::template Run<1>(base + r * row_bytes, row_bytes, args..., y + r);
+  }
+}
+
+template <typename WT>
+struct FloatKernel {
+  template <size_t kRows, typename... Args>
+  static HWY_INLINE void Run(Args... args) { FloatRows<WT, kRows>(args...); }
+};
+struct Q8_0Kernel {
+  template <size_t kRows, typename... Args>
+  static HWY_INLINE void Run(Args... args) { Q8_0Rows<kRows>(args...); }
+};
+struct Q4_0Kernel {
+  template <size_t kRows, typename... Args>
+  static HWY_INLINE void Run(Args... args) { Q4_0Rows<kRows>(args...); }
+};
+struct Q4_KKernel {
+  template <size_t kRows, typename... Args>
+  static HWY_INLINE void Run(Args... args) { Q4_KRows<kRows>(args...); }
+};
+struct Q6_KKernel {
+  template <size_t kRows, typename... Args>
+  static HWY_INLINE void Run(Args... args) { Q6_KRows<kRows>(args...); }
+};
+
+// The caller has checked the type, that `cols` is a whole number of blocks
+// and that `in` was prepared for this type and size.
+template <class Input>
+HWY_INLINE void GemvImpl(TensorType type, const void* weights, size_t row_bytes,
+                         size_t cols, const Input& in, size_t row_begin,
+                         size_t row_end, float* y) {
+  const uint8_t* w = static_cast<const uint8_t*>(weights);
+  switch (type) {
+    case TensorType::kF32:
+      return ForRowGroups<4, FloatKernel<float>>(w, row_bytes, row_begin, row_end,
+                                                 y, cols, in.x());
+    case TensorType::kF16:
+      return ForRowGroups<4, FloatKernel<hwy::float16_t>>(
+          w, row_bytes, row_begin, row_end, y, cols, in.x());
+    case TensorType::kBF16:
+      return ForRowGroups<4, FloatKernel<hwy::bfloat16_t>>(
+          w, row_bytes, row_begin, row_end, y, cols, in.x());
+    case TensorType::kQ8_0:
+      return ForRowGroups<4, Q8_0Kernel>(w, row_bytes, row_begin, row_end, y,
+                                         cols / 32, in.quantized(), in.scales(),
+                                         in.sums());
+    case TensorType::kQ4_0:
+      return ForRowGroups<4, Q4_0Kernel>(w, row_bytes, row_begin, row_end, y,
+                                         cols / 32, in.quantized(), in.scales(),
+                                         in.sums());
+    case TensorType::kQ4_K:
+      return ForRowGroups<2, Q4_KKernel>(w, row_bytes, row_begin, row_end, y,
+                                         cols / 256, in.quantized(), in.scales(),
+                                         in.sums());
+    case TensorType::kQ6_K:
+      return ForRowGroups<2, Q6_KKernel>(w, row_bytes, row_begin, row_end, y,
+                                         cols / 256, in.quantized(),
+                                         in.group_scales(), in.group_sums());
+    default:
+      return;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace sparrow::simd
+HWY_AFTER_NAMESPACE();
+
+#endif  // SPARROW_SIMD_GEMV_INL_H_ toggle

@@ -1,0 +1,245 @@
+// Per-target dequantization (quantize.h: DequantizeRow). Each element comes
+// out with exactly the float operations of the scalar reference (one
+// multiply, or multiply then subtract), so results match it bit for bit.
+
+#if defined(SPARROW_SIMD_QUANTIZE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SPARROW_SIMD_QUANTIZE_INL_H_
+#undef SPARROW_SIMD_QUANTIZE_INL_H_
+#else
+#define SPARROW_SIMD_QUANTIZE_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include <hwy/highway.h>
+
+#include "formats/tensor_type.h"
+#include "simd/quant_blocks.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sparrow::simd {
+namespace HWY_NAMESPACE {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// f16 -> f32 for a vector of halves. Highway 1.0.3 emulates the conversion
+// where the CPU has no instruction for it (SSE4, the scalar target) and there
+// turns inf and NaN halves into large finite floats; there we convert the
+// bits ourselves (exactly, like HalfBitsToFloat). Elsewhere (F16C, Arm) the
+// hardware conversion is exact.
+template <class DF>
+HWY_INLINE hn::Vec<DF> PromoteHalf(DF df,
+                                   hn::Vec<hn::Rebind<hwy::float16_t, DF>> h) {
+#if HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3 || \
+    HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint16_t, DF> du16;
+  const auto bits = hn::BitCast(
+      di, hn::PromoteTo(hn::RebindToUnsigned<DF>(), hn::BitCast(du16, h)));
+  const auto em = hn::And(bits, hn::Set(di, 0x7fff));  // exponent, mantissa
+  const auto sign = hn::ShiftLeft<16>(hn::And(bits, hn::Set(di, 0x8000)));
+  const auto normal = hn::Add(hn::ShiftLeft<13>(em), hn::Set(di, 112 << 23));
+  const auto special = hn::Or(hn::Set(di, 0x7f800000),
+                              hn::ShiftLeft<13>(hn::And(em, hn::Set(di, 0x3ff))));
+  const auto subnormal =
+      hn::BitCast(di, hn::Mul(hn::ConvertTo(df, em), hn::Set(df, 0x1p-24f)));
+  const auto magnitude = hn::IfThenElse(
+      hn::Lt(em, hn::Set(di, 0x400)), subnormal,
+      hn::IfThenElse(hn::Lt(em, hn::Set(di, 0x7c00)), normal, special));
+  return hn::BitCast(df, hn::Or(magnitude, sign));
+#else
+  return hn::PromoteTo(df, h);
+#endif
+}
+
+template <class DF>
+HWY_INLINE hn::Vec<DF> PromoteHalf(DF df,
+                                   hn::Vec<hn::Rebind<hwy::bfloat16_t, DF>> h) {
+  return hn::PromoteTo(df, h);  // a shift: exact everywhere
+}
+
+// F16 or BF16 (T = hwy::float16_t / hwy::bfloat16_t) to f32. Highway's
+// promotions are exact, like the scalar conversions.
+template <typename T>
+HWY_INLINE void DequantizeHalfRow(const uint8_t* HWY_RESTRICT src, size_t n,
+                                  float* HWY_RESTRICT dst) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<T, decltype(df)> dh;
+  const size_t N = hn::Lanes(df);
+  const T* in = reinterpret_cast<const T*>(src);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    hn::StoreU(PromoteHalf(df, hn::LoadU(dh, in + i)), df, dst + i);
+  }
+  if (i < n) {
+    // Through a zeroed stack buffer: never reads or writes past the ends.
+    HWY_ALIGN T tail_in[HWY_MAX_BYTES / sizeof(float)] = {};
+    HWY_ALIGN float tail_out[HWY_MAX_BYTES / sizeof(float)];
+    std::memcpy(tail_in, in + i, (n - i) * sizeof(T));
+    hn::Store(PromoteHalf(df, hn::Load(dh, tail_in)), df, tail_out);
+    std::memcpy(dst + i, tail_out, (n - i) * sizeof(float));
+  }
+}
+
+HWY_INLINE void DequantizeQ8_0Row(const uint8_t* HWY_RESTRICT src, size_t n,
+                                  float* HWY_RESTRICT dst) {
+  const hn::CappedTag<float, 32> df;
+  const hn::Rebind<int32_t, decltype(df)> di32;
+  const hn::Rebind<int8_t, decltype(df)> di8;
+  const size_t N = hn::Lanes(df);
+  for (size_t b = 0; b < n / kQ8_0Elems; ++b) {
+    const uint8_t* block = src + b * sizeof(BlockQ8_0);
+    uint16_t d_bits;
+    std::memcpy(&d_bits, block, 2);
+    const auto d = hn::Set(df, HalfBitsToFloat(d_bits));
+    const int8_t* qs = reinterpret_cast<const int8_t*>(block + 2);
+    float* out = dst + b * kQ8_0Elems;
+    for (size_t s = 0; s < kQ8_0Elems; s += N) {
+      const auto q = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, qs + s)));
+      hn::StoreU(hn::Mul(d, q), df, out + s);
+    }
+  }
+}
+
+HWY_INLINE void DequantizeQ4_0Row(const uint8_t* HWY_RESTRICT src, size_t n,
+                                  float* HWY_RESTRICT dst) {
+  const hn::CappedTag<float, 16> df;
+  const hn::Rebind<int32_t, decltype(df)> di32;
+  const hn::Rebind<uint8_t, decltype(df)> du8;
+  const size_t N = hn::Lanes(df);
+  const auto mask = hn::Set(di32, 15);
+  const auto eight = hn::Set(di32, 8);
+  for (size_t b = 0; b < n / kQ4_0Elems; ++b) {
+    const uint8_t* block = src + b * sizeof(BlockQ4_0);
+    uint16_t d_bits;
+    std::memcpy(&d_bits, block, 2);
+    const auto d = hn::Set(df, HalfBitsToFloat(d_bits));
+    float* out = dst + b * kQ4_0Elems;
+    for (size_t s = 0; s < 16; s += N) {
+      const auto bytes = hn::BitCast(di32, hn::PromoteTo(
+          hn::RebindToUnsigned<decltype(di32)>(), hn::LoadU(du8, block + 2 + s)));
+      const auto lo = hn::Sub(hn::And(bytes, mask), eight);
+      const auto hi = hn::Sub(hn::ShiftRight<4>(bytes), eight);
+      hn::StoreU(hn::Mul(hn::ConvertTo(df, lo), d), df, out + s);
+      hn::StoreU(hn::Mul(hn::ConvertTo(df, hi), d), df, out + 16 + s);
+    }
+  }
+}
+
+HWY_INLINE void DequantizeQ4_KRow(const uint8_t* HWY_RESTRICT src, size_t n,
+                                  float* HWY_RESTRICT dst) {
+  const hn::CappedTag<float, 32> df;
+  const hn::Rebind<int32_t, decltype(df)> di32;
+  const hn::Rebind<uint8_t, decltype(df)> du8;
+  const size_t N = hn::Lanes(df);
+  const auto mask = hn::Set(di32, 15);
+  for (size_t b = 0; b < n / kQKElems; ++b) {
+    const uint8_t* block = src + b * sizeof(BlockQ4_K);
+    uint16_t d_bits, dmin_bits;
+    std::memcpy(&d_bits, block, 2);
+    std::memcpy(&dmin_bits, block + 2, 2);
+    const float d = HalfBitsToFloat(d_bits);
+    const float dmin = HalfBitsToFloat(dmin_bits);
+    uint8_t sc[8], m[8];
+    UnpackQ4KScales(block + offsetof(BlockQ4_K, scales), sc, m);
+    const uint8_t* qs = block + offsetof(BlockQ4_K, qs);
+    float* out = dst + b * kQKElems;
+    for (size_t g = 0; g < 4; ++g) {
+      const auto d_lo = hn::Set(df, d * sc[2 * g]);
+      const auto m_lo = hn::Set(df, dmin * m[2 * g]);
+      const auto d_hi = hn::Set(df, d * sc[2 * g + 1]);
+      const auto m_hi = hn::Set(df, dmin * m[2 * g + 1]);
+      for (size_t s = 0; s < 32; s += N) {
+        const auto bytes = hn::BitCast(di32, hn::PromoteTo(
+            hn::RebindToUnsigned<decltype(di32)>(), hn::LoadU(du8, qs + 32 * g + s)));
+        const auto lo = hn::ConvertTo(df, hn::And(bytes, mask));
+        const auto hi = hn::ConvertTo(df, hn::ShiftRight<4>(bytes));
+        hn::StoreU(hn::Sub(hn::Mul(d_lo, lo), m_lo), df, out + 64 * g + s);
+        hn::StoreU(hn::Sub(hn::Mul(d_hi, hi), m_hi), df, out + 64 * g + 32 + s);
+      }
+    }
+  }
+}
+
+HWY_INLINE void DequantizeQ6_KRow(const uint8_t* HWY_RESTRICT src, size_t n,
+                                  float* HWY_RESTRICT dst) {
+  const hn::CappedTag<float, 16> df;
+  const hn::Rebind<int32_t, decltype(df)> di32;
+  const hn::Rebind<uint8_t, decltype(df)> du8;
+  const size_t N = hn::Lanes(df);
+  const auto low4 = hn::Set(di32, 15);
+  const auto high2 = hn::Set(di32, 0x30);
+  const auto bias = hn::Set(di32, 32);
+  for (size_t b = 0; b < n / kQKElems; ++b) {
+    const uint8_t* block = src + b * sizeof(BlockQ6_K);
+    uint16_t d_bits;
+    std::memcpy(&d_bits, block + offsetof(BlockQ6_K, d), 2);
+    const float d = HalfBitsToFloat(d_bits);
+    const int8_t* sc =
+        reinterpret_cast<const int8_t*>(block + offsetof(BlockQ6_K, scales));
+    float* out = dst + b * kQKElems;
+    for (size_t h = 0; h < 2; ++h) {
+      const uint8_t* ql = block + 64 * h;
+      const uint8_t* qh = block + offsetof(BlockQ6_K, qh) + 32 * h;
+      for (size_t l0 = 0; l0 < 32; l0 += 16) {
+        // Element groups of 16 at 128h + 32k + l0 use scale sc[8h + 2k + l0/16].
+        const size_t g = 8 * h + l0 / 16;
+        const auto s0 = hn::Set(df, d * sc[g + 0]);
+        const auto s1 = hn::Set(df, d * sc[g + 2]);
+        const auto s2 = hn::Set(df, d * sc[g + 4]);
+        const auto s3 = hn::Set(df, d * sc[g + 6]);
+        for (size_t s = l0; s < l0 + 16; s += N) {
+          const auto a = hn::BitCast(di32, hn::PromoteTo(
+              hn::RebindToUnsigned<decltype(di32)>(), hn::LoadU(du8, ql + s)));
+          const auto c = hn::BitCast(di32, hn::PromoteTo(
+              hn::RebindToUnsigned<decltype(di32)>(), hn::LoadU(du8, ql + 32 + s)));
+          const auto hb = hn::BitCast(di32, hn::PromoteTo(
+              hn::RebindToUnsigned<decltype(di32)>(), hn::LoadU(du8, qh + s)));
+          const auto q0 = hn::Or(hn::And(a, low4), hn::And(hn::ShiftLeft<4>(hb), high2));
+          const auto q1 = hn::Or(hn::And(c, low4), hn::And(hn::ShiftLeft<2>(hb), high2));
+          const auto q2 = hn::Or(hn::ShiftRight<4>(a), hn::And(hb, high2));
+          const auto q3 = hn::Or(hn::ShiftRight<4>(c), hn::And(hn::ShiftRight<2>(hb), high2));
+          float* o = out + 128 * h + s;
+          hn::StoreU(hn::Mul(s0, hn::ConvertTo(df, hn::Sub(q0, bias))), df, o);
+          hn::StoreU(hn::Mul(s1, hn::ConvertTo(df, hn::Sub(q1, bias))), df, o + 32);
+          hn::StoreU(hn::Mul(s2, hn::ConvertTo(df, hn::Sub(q2, bias))), df, o + 64);
+          hn::StoreU(hn::Mul(s3, hn::ConvertTo(df, hn::Sub(q3, bias))), df, o + 96);
+        }
+      }
+    }
+  }
+}
+
+// `n` is a whole number of blocks of a type CanConvert accepts (checked by
+// the caller).
+HWY_INLINE void DequantizeRowImpl(TensorType type, const void* src, size_t n,
+                                  float* dst) {
+  const uint8_t* in = static_cast<const uint8_t*>(src);
+  switch (type) {
+    case TensorType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case TensorType::kF16:
+      return DequantizeHalfRow<hwy::float16_t>(in, n, dst);
+    case TensorType::kBF16:
+      return DequantizeHalfRow<hwy::bfloat16_t>(in, n, dst);
+    case TensorType::kQ8_0:
+      return DequantizeQ8_0Row(in, n, dst);
+    case TensorType::kQ4_0:
+      return DequantizeQ4_0Row(in, n, dst);
+    case TensorType::kQ4_K:
+      return DequantizeQ4_KRow(in, n, dst);
+    case TensorType::kQ6_K:
+      return DequantizeQ6_KRow(in, n, dst);
+    default:
+      return;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace sparrow::simd
+HWY_AFTER_NAMESPACE();
+
+#endif  // SPARROW_SIMD_QUANTIZE_INL_H_ toggle
