@@ -26,7 +26,7 @@ struct PerplexityResult {
 // max_chunks = 0: all whole chunks. on_chunk(i, running_ppl) after each.
 PerplexityResult ComputePerplexity(
     const Model& model, const std::vector<int32_t>& tokens, size_t n_ctx,
-    size_t max_chunks,
+    size_t max_batch, size_t max_chunks,
     const std::function<void(size_t, double)>& on_chunk = nullptr);
 
 }  // namespace sparrow

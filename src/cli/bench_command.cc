@@ -12,6 +12,7 @@
 #include "simd/targets.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
+#include "src/engine.h"
 #include "src/model/model.h"
 #include "src/ops/ops.h"
 #include "src/threads.h"
@@ -49,15 +50,15 @@ std::vector<int32_t> RandomTokens(size_t n, uint32_t vocab) {
   return out;
 }
 
-double TimePrompt(const Model& model, const std::vector<int32_t>& tokens) {
-  Session session(model, tokens.size());
+double TimePrompt(const Model& model, size_t max_batch, const std::vector<int32_t>& tokens) {
+  Session session(model, tokens.size(), max_batch);
   const double t0 = NowSeconds();
   session.Eval(tokens.data(), tokens.size(), false);
   return NowSeconds() - t0;
 }
 
-double TimeGeneration(const Model& model, const std::vector<int32_t>& tokens) {
-  Session session(model, tokens.size());
+double TimeGeneration(const Model& model, size_t max_batch, const std::vector<int32_t>& tokens) {
+  Session session(model, tokens.size(), max_batch);
   const double t0 = NowSeconds();
   for (const int32_t& t : tokens) session.Eval(&t, 1, false);
   return NowSeconds() - t0;
@@ -87,6 +88,8 @@ int BenchCommand(int argc, char** argv) {
       ("r,repetitions", "Timed repetitions per test", cxxopts::value<int>()->default_value("3"))
       ("o,output", "md or json", cxxopts::value<std::string>()->default_value("md"))
       ("kernels", "fast or reference", cxxopts::value<std::string>()->default_value("fast"));
+  AddModelOptions(options);
+  AddStatsOptions(options);
   cxxopts::ParseResult args;
   if (!Parse(options, argc, argv, &args)) return 0;
   const int n_prompt = args["n-prompt"].as<int>();
@@ -107,9 +110,22 @@ int BenchCommand(int argc, char** argv) {
   ops::SetKernelMode(kernels == "fast" ? ops::KernelMode::kFast : ops::KernelMode::kReference);
 
   const std::string path = Require(args, "model");
-  std::unique_ptr<Model> model = Model::Open(path);
-  const std::string model_name = StrCat(std::filesystem::path(path).filename().string(), " ",
-                                        model->dominant_type());
+  EngineOptions engine = ParseModelOptions(args, path);
+  engine.n_ctx = static_cast<size_t>(std::max(n_prompt, n_gen));
+  const LoadedModel loaded = OpenModel(path, engine);
+  const Model* model = loaded.model.get();
+  const size_t max_batch = loaded.max_batch;
+  const ModelConfig& config = model->config();
+  // A bundle's feed-forward is not among the resident weights: count it.
+  uint64_t model_bytes = model->weight_bytes();
+  uint64_t model_params = model->parameter_count();
+  std::string type = model->dominant_type();
+  if (loaded.streamed != nullptr) {
+    model_bytes = std::filesystem::file_size(path);
+    model_params += 3ull * config.n_layers * config.d_model * config.d_ff;
+    type = StrCat(TensorTypeName(loaded.streamed->record_type()), " bundle");
+  }
+  const std::string model_name = StrCat(std::filesystem::path(path).filename().string(), " ", type);
   const uint32_t vocab = model->config().n_vocab;
 
   std::vector<BenchResult> results;
@@ -118,19 +134,20 @@ int BenchCommand(int argc, char** argv) {
     if (n_prompt > 0) {
       const std::vector<int32_t> tokens = RandomTokens(n_prompt, vocab);
       BenchResult r{threads, StrCat("pp", n_prompt), n_prompt, 0, {}};
-      TimePrompt(*model, tokens);  // warm-up
-      for (int i = 0; i < reps; ++i) r.samples.push_back(n_prompt / TimePrompt(*model, tokens));
+      TimePrompt(*model, max_batch, tokens);  // warm-up
+      for (int i = 0; i < reps; ++i) r.samples.push_back(n_prompt / TimePrompt(*model, max_batch, tokens));
       results.push_back(r);
     }
     if (n_gen > 0) {
       const std::vector<int32_t> tokens = RandomTokens(n_gen, vocab);
       BenchResult r{threads, StrCat("tg", n_gen), 0, n_gen, {}};
-      TimeGeneration(*model, tokens);  // warm-up
-      for (int i = 0; i < reps; ++i) r.samples.push_back(n_gen / TimeGeneration(*model, tokens));
+      TimeGeneration(*model, max_batch, tokens);  // warm-up
+      for (int i = 0; i < reps; ++i) r.samples.push_back(n_gen / TimeGeneration(*model, max_batch, tokens));
       results.push_back(r);
     }
   }
 
+  ReportStats(args, loaded);
   const std::string target = simd::CurrentTargetName();
   if (format == "md") {
     std::printf("| %-30s | %10s | %10s | %-8s | %7s | %8s | %20s |\n", "model", "size", "params", "simd",
@@ -142,8 +159,8 @@ int BenchCommand(int argc, char** argv) {
       char ts[64];
       std::snprintf(ts, sizeof(ts), "%.2f ± %.2f", r.mean(), r.stddev());
       std::printf("| %-30s | %10s | %10s | %-8s | %7d | %8s | %20s |\n", model_name.c_str(),
-                  FormatBytes(model->weight_bytes()).c_str(),
-                  FormatCount(model->parameter_count()).c_str(), target.c_str(), r.threads,
+                  FormatBytes(model_bytes).c_str(),
+                  FormatCount(model_params).c_str(), target.c_str(), r.threads,
                   r.test.c_str(), ts);
     }
   } else {
@@ -154,8 +171,8 @@ int BenchCommand(int argc, char** argv) {
                   ", \"model_n_params\": %" PRIu64 ", \"simd\": \"%s\", \"n_threads\": %d, "
                   "\"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"avg_ts\": %.4f, "
                   "\"stddev_ts\": %.4f, \"samples_ts\": [",
-                  std::filesystem::path(path).filename().string().c_str(), model->dominant_type().c_str(),
-                  model->weight_bytes(), model->parameter_count(), target.c_str(), r.threads,
+                  std::filesystem::path(path).filename().string().c_str(), type.c_str(),
+                  model_bytes, model_params, target.c_str(), r.threads,
                   r.test.c_str(), r.n_prompt, r.n_gen, r.mean(), r.stddev());
       for (size_t j = 0; j < r.samples.size(); ++j) std::printf("%s%.4f", j ? ", " : "", r.samples[j]);
       std::printf("]}%s\n", i + 1 < results.size() ? "," : "");

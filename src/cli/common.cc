@@ -1,6 +1,7 @@
 #include "src/cli/common.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -36,6 +37,53 @@ void ApplyEngineOptions(const cxxopts::ParseResult& args) {
   } else {
     ThrowInputError("--kernels must be 'fast' or 'reference', not '", kernels, "'");
   }
+}
+
+void AddModelOptions(cxxopts::Options& options) {
+  options.add_options("memory")
+      ("dram-budget", "Hard limit on the memory Sparrow uses: 800M, 1.5G, or a percentage "
+       "of the model file (60%); a bundle streams its feed-forward within it",
+       cxxopts::value<std::string>())
+      ("window", "Sliding window: keep the units used by the last K tokens (--cache window)",
+       cxxopts::value<uint32_t>()->default_value("4"))
+      ("cache", "Unit cache eviction: window, lru or lfu", cxxopts::value<std::string>()->default_value("window"))
+      ("io", "Loader: pread, direct (O_DIRECT), mmap or uring", cxxopts::value<std::string>()->default_value("pread"))
+      ("io-threads", "Parallel reads in flight", cxxopts::value<int>()->default_value("16"));
+}
+
+EngineOptions ParseModelOptions(const cxxopts::ParseResult& args, const std::string& model_path) {
+  EngineOptions o;
+  if (args.count("dram-budget")) {
+    struct stat st {};
+    const uint64_t file_bytes = ::stat(model_path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    o.dram_budget = ParseByteSize(args["dram-budget"].as<std::string>(), file_bytes, "--dram-budget");
+  }
+  o.stream.window_tokens = args["window"].as<uint32_t>();
+  if (o.stream.window_tokens == 0) ThrowInputError("--window must be at least 1");
+  o.stream.eviction = ParseEvictionKind(args["cache"].as<std::string>());
+  o.stream.io = ParseIoMode(args["io"].as<std::string>());
+  o.stream.io_threads = args["io-threads"].as<int>();
+  if (o.stream.io_threads < 1 || o.stream.io_threads > 256) {
+    ThrowInputError("--io-threads must be between 1 and 256");
+  }
+  return o;
+}
+
+void AddStatsOptions(cxxopts::Options& options) {
+  options.add_options("memory")
+      ("stats", "Print streaming statistics: bytes read, read calls, hit rate, I/O / memory / compute time")
+      ("stats-json", "Write per-token streaming statistics to this JSON file", cxxopts::value<std::string>());
+}
+
+void ReportStats(const cxxopts::ParseResult& args, const LoadedModel& model) {
+  const bool want = args.count("stats") || args.count("stats-json");
+  if (!want) return;
+  if (model.streamed == nullptr) {
+    std::fprintf(stderr, "stats: %s runs fully resident; nothing is streamed\n", model.format.c_str());
+    return;
+  }
+  if (args.count("stats")) model.streamed->stats().PrintSummary(stderr);
+  if (args.count("stats-json")) model.streamed->stats().WriteJson(args["stats-json"].as<std::string>());
 }
 
 bool Parse(cxxopts::Options& options, int argc, char** argv,

@@ -8,12 +8,25 @@
 
 #include <cxxopts.hpp>
 
+#include "src/engine.h"
+
 namespace sparrow::cli {
 
 // Options every model-running command takes: -t and --kernels.
 void AddEngineOptions(cxxopts::Options& options);
 // Applies -t and --kernels; InputError for bad values.
 void ApplyEngineOptions(const cxxopts::ParseResult& args);
+
+// Options for opening a model: --dram-budget and the streaming knobs that
+// matter for bundles (--window, --cache, --io, --io-threads).
+void AddModelOptions(cxxopts::Options& options);
+// Reads them into EngineOptions (n_ctx etc. are left for the caller).
+EngineOptions ParseModelOptions(const cxxopts::ParseResult& args, const std::string& model_path);
+// --stats / --stats-json for commands that run a model.
+void AddStatsOptions(cxxopts::Options& options);
+// Prints the stream summary (--stats) and writes the per-token JSON
+// (--stats-json) when the model streams; notes on stderr when it does not.
+void ReportStats(const cxxopts::ParseResult& args, const LoadedModel& model);
 
 // Parses argv; prints help and returns false when --help was asked for.
 bool Parse(cxxopts::Options& options, int argc, char** argv,

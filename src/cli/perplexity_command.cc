@@ -6,6 +6,7 @@
 #include "base/timer.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
+#include "src/engine.h"
 #include "src/model/model.h"
 #include "src/perplexity.h"
 
@@ -20,6 +21,8 @@ int PerplexityCommand(int argc, char** argv) {
       ("c,ctx-size", "Tokens per chunk", cxxopts::value<int>()->default_value("512"))
       ("chunks", "Evaluate at most this many chunks (0: all)", cxxopts::value<int>()->default_value("0"));
   AddEngineOptions(options);
+  AddModelOptions(options);
+  AddStatsOptions(options);
   cxxopts::ParseResult args;
   if (!Parse(options, argc, argv, &args)) return 0;
   ApplyEngineOptions(args);
@@ -29,7 +32,13 @@ int PerplexityCommand(int argc, char** argv) {
   if (ctx < 4) ThrowInputError("-c must be at least 4");
   if (max_chunks < 0) ThrowInputError("--chunks must be 0 or more");
 
-  std::unique_ptr<Model> model = Model::Open(Require(args, "model"));
+  const std::string model_path = Require(args, "model");
+  EngineOptions engine = ParseModelOptions(args, model_path);
+  engine.n_ctx = static_cast<size_t>(ctx);
+  engine.max_batch = 0;
+  engine.logits_rows = static_cast<size_t>(ctx);
+  const LoadedModel loaded = OpenModel(model_path, engine);
+  const Model* model = loaded.model.get();
   const std::vector<int32_t> tokens = model->tokenizer().Encode(text, /*add_bos=*/false);
   std::fprintf(stderr, "perplexity: %zu tokens, %zu chunks of %d\n", tokens.size(),
                max_chunks > 0 ? std::min<size_t>(tokens.size() / ctx, max_chunks)
@@ -37,13 +46,14 @@ int PerplexityCommand(int argc, char** argv) {
                ctx);
   const double t0 = NowSeconds();
   const PerplexityResult r = ComputePerplexity(
-      *model, tokens, static_cast<size_t>(ctx), static_cast<size_t>(max_chunks),
+      *model, tokens, static_cast<size_t>(ctx), loaded.max_batch, static_cast<size_t>(max_chunks),
       [](size_t i, double ppl) {
         std::fprintf(stderr, "[%zu]%.4f,", i + 1, ppl);
         std::fflush(stderr);
       });
   const double seconds = NowSeconds() - t0;
   std::fprintf(stderr, "\n");
+  ReportStats(args, loaded);
   std::printf("chunks: %zu, scored tokens: %zu, %.2f tok/s\n", r.chunks, r.scored_tokens,
               r.chunks * ctx / std::max(seconds, 1e-9));
   std::printf("PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_stderr);

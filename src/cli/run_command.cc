@@ -9,6 +9,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 #include "src/model/model.h"
+#include "src/engine.h"
 #include "src/sampler.h"
 
 namespace sparrow::cli {
@@ -29,6 +30,8 @@ int RunCommand(int argc, char** argv) {
        cxxopts::value<float>()->default_value("0.95"))
       ("seed", "Random seed (default: from the clock)", cxxopts::value<uint64_t>());
   AddEngineOptions(options);
+  AddModelOptions(options);
+  AddStatsOptions(options);
   cxxopts::ParseResult args;
   if (!Parse(options, argc, argv, &args)) return 0;
   ApplyEngineOptions(args);
@@ -47,11 +50,14 @@ int RunCommand(int argc, char** argv) {
                                : static_cast<uint64_t>(std::random_device{}()) ^
                                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 
-  std::unique_ptr<Model> model = Model::Open(model_path);
+  const int requested_ctx = args["ctx-size"].as<int>();
+  if (requested_ctx < 0) ThrowInputError("-c must be positive");
+  EngineOptions engine = ParseModelOptions(args, model_path);
+  engine.n_ctx = static_cast<size_t>(requested_ctx);
+  const LoadedModel loaded = OpenModel(model_path, engine);
+  const Model* model = loaded.model.get();
   const Tokenizer& tok = model->tokenizer();
-  int ctx = args["ctx-size"].as<int>();
-  if (ctx < 0) ThrowInputError("-c must be positive");
-  if (ctx == 0) ctx = static_cast<int>(std::min<uint32_t>(model->config().context_length, 4096));
+  const int ctx = static_cast<int>(loaded.n_ctx);
 
   const std::vector<int32_t> prompt_tokens = tok.Encode(prompt, tok.add_bos());
   if (prompt_tokens.empty()) ThrowInputError("the prompt is empty and the model adds no BOS token");
@@ -59,7 +65,7 @@ int RunCommand(int argc, char** argv) {
     ThrowInputError("the prompt has ", prompt_tokens.size(),
                     " tokens, which leaves no room in a context of ", ctx);
   }
-  Session session(*model, static_cast<size_t>(ctx));
+  Session session(*model, loaded.n_ctx, loaded.max_batch);
   Sampler sampler(sp);
 
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
@@ -89,6 +95,7 @@ int RunCommand(int argc, char** argv) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
 
+  ReportStats(args, loaded);
   const double prompt_tps = prompt_tokens.size() / std::max(prompt_seconds, 1e-9);
   const double gen_tps = evals == 0 ? 0.0 : evals / std::max(eval_seconds, 1e-9);
   std::fprintf(stderr, "prompt: %.2f tok/s, generation: %.2f tok/s, peak rss: %.1f MiB\n",

@@ -96,6 +96,17 @@ Session::Session(const Model& model, size_t n_ctx, size_t max_batch)
   rope_sin_.Reset(b * (c_.rope_dims / 2 + 1));
 }
 
+uint64_t Session::MemoryBytes(const ModelConfig& c, size_t n_ctx, size_t max_batch,
+                              size_t logits_rows, int threads) {
+  const size_t b = std::max<size_t>(1, std::min(max_batch, n_ctx));
+  const uint64_t kv = 2ull * c.n_layers * n_ctx * c.kv_dim();
+  const uint64_t activations = 3ull * b * c.d_model + 2ull * b * c.q_dim() + 2ull * b * c.kv_dim() +
+                               2ull * b * (c.rope_dims / 2 + 1);
+  const uint64_t scores = static_cast<uint64_t>(threads) * n_ctx;
+  const uint64_t logits = static_cast<uint64_t>(std::max<size_t>(logits_rows, 1)) * c.n_vocab;
+  return (kv + activations + scores + logits) * sizeof(float);
+}
+
 const float* Session::Eval(const int32_t* tokens, size_t n, bool all_logits) {
   for (size_t i = 0; i < n; ++i) {
     if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= c_.n_vocab) {

@@ -61,6 +61,11 @@ class Session {
   // longer inputs are split.
   Session(const Model& model, size_t n_ctx, size_t max_batch = 512);
 
+  // Bytes a session allocates (KV cache, activations, attention scratch,
+  // logits for `logits_rows` tokens), for the DRAM budget.
+  static uint64_t MemoryBytes(const ModelConfig& config, size_t n_ctx, size_t max_batch,
+                              size_t logits_rows, int threads);
+
   // Runs `tokens` at positions n_past() .. and returns their logits: all of
   // them (n x n_vocab, row-major) if all_logits, else the last token's.
   // InputError if a token id is out of range or the context would overflow.

@@ -38,6 +38,29 @@ void MatVec(const MatrixView& w, const float* x, float* y);
 // dequantized panel by panel); small ones run MatVec per token.
 void MatMul(const MatrixView& w, const float* x, size_t n, float* y);
 
+// A set of stored vectors ("rows") of one type and length: row k is at
+// base + index[k] * stride + offset (index == nullptr: row k at k * stride).
+// This is how a compacted unit cache's parts are seen: each cache row holds
+// several parts back to back, and `offset` picks one.
+struct RowSet {
+  TensorType type = TensorType::kF32;
+  const uint8_t* base = nullptr;
+  size_t stride = 0;
+  size_t offset = 0;
+  size_t cols = 0;                  // elements per row
+  const uint32_t* index = nullptr;  // optional row selection
+  size_t count = 0;
+
+  const uint8_t* row(size_t k) const {
+    return base + (index != nullptr ? index[k] : k) * stride + offset;
+  }
+};
+
+// out[t * rows.count + k] = dot(row k, x[t]) for t < n (x is n x cols).
+void RowDots(const RowSet& rows, const float* x, size_t n, float* out);
+// y[t] += sum_k a[t * rows.count + k] * row k for t < n (y is n x cols).
+void RowAxpys(const RowSet& rows, const float* a, size_t n, float* y);
+
 // One row of W (e.g. an embedding) converted to f32.
 void GetRow(const MatrixView& w, size_t r, float* out);
 

@@ -1,0 +1,120 @@
+#include "src/engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "base/error.h"
+#include "formats/bundle.h"
+#include "formats/gguf.h"
+#include "formats/tokenizer_data.h"
+#include "src/model/dense_ffn.h"
+#include "src/threads.h"
+
+namespace sparrow {
+namespace {
+
+size_t ResolveContext(const ModelConfig& c, size_t requested) {
+  if (requested > 0) return requested;
+  return std::min<size_t>(c.context_length, 4096);
+}
+
+// Bytes the tokenizer and metadata occupy once parsed: strings plus their
+// bookkeeping, roughly.
+uint64_t MetadataBytes(const gguf::GgufFile& header) {
+  return header.file_size() * 3 + (1u << 20);
+}
+
+struct BundleStorage {
+  std::shared_ptr<bundle::Bundle> bundle;
+  std::shared_ptr<gguf::GgufFile> resident;
+};
+
+LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
+  auto bndl = std::make_shared<bundle::Bundle>(bundle::Bundle::Open(path));
+  ModelConfig config = ModelConfig::FromGguf(bndl->header());
+  TokenizerData tokenizer_data = TokenizerData::FromGguf(bndl->header());
+  config.n_vocab = static_cast<uint32_t>(tokenizer_data.tokens.size());
+
+  LoadedModel out;
+  out.format = "bundle";
+  out.n_ctx = ResolveContext(config, options.n_ctx);
+  out.max_batch = options.max_batch > 0 ? options.max_batch : 64;
+  out.budget = std::make_shared<MemoryBudget>(options.dram_budget);
+  MemoryBudget& budget = *out.budget;
+
+  // Everything fixed, then the least the streamed FFN can work with.
+  const uint64_t process = CurrentRssBytes();
+  const uint64_t metadata = MetadataBytes(bndl->header());
+  const uint64_t resident = bndl->resident_bytes();
+  const uint64_t session = Session::MemoryBytes(config, out.n_ctx, out.max_batch,
+                                                options.logits_rows, ThreadCount());
+  const uint64_t minimum = process + metadata + resident + session +
+                           StreamedFeedForward::MinimumBytes(*bndl, options.stream, config,
+                                                             out.max_batch) +
+                           (2u << 20);
+  budget.Charge(process, "process (code, libraries, stacks)", minimum);
+  budget.Charge(metadata, "metadata and tokenizer", minimum);
+  budget.Charge(resident, "resident weights (attention, embeddings, output)", minimum);
+  budget.Charge(session, "KV cache and activations", minimum);
+
+  auto storage = std::make_shared<BundleStorage>();
+  storage->bundle = bndl;
+  storage->resident = std::make_shared<gguf::GgufFile>(bndl->LoadResident());
+  ModelWeights weights = BindWeights(config, storage->resident->tensors(), path, /*with_ffn=*/false);
+  std::unique_ptr<Tokenizer> tokenizer = Tokenizer::Create(tokenizer_data);
+  out.model = std::make_unique<Model>(std::move(config), std::move(tokenizer), std::move(weights),
+                                      storage);
+  auto ffn = std::make_unique<StreamedFeedForward>(*bndl, out.model->config(), options.stream,
+                                                   out.max_batch, budget,
+                                                   std::make_unique<DensePolicy>());
+  out.streamed = ffn.get();
+  out.model->set_feed_forward(std::move(ffn));
+  return out;
+}
+
+LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
+  LoadedModel out;
+  out.format = "gguf";
+  out.model = Model::Open(path);
+  const ModelConfig& c = out.model->config();
+  out.n_ctx = ResolveContext(c, options.n_ctx);
+  out.max_batch = options.max_batch > 0 ? options.max_batch : 512;
+  out.budget = std::make_shared<MemoryBudget>(options.dram_budget);
+  if (!out.budget->unlimited()) {
+    // A GGUF runs with every weight resident: the whole file must fit.
+    const uint64_t process = CurrentRssBytes();
+    const uint64_t weights = out.model->weight_bytes();
+    const uint64_t session = Session::MemoryBytes(c, out.n_ctx, out.max_batch,
+                                                  options.logits_rows, ThreadCount()) +
+                             2ull * out.max_batch * c.d_ff * sizeof(float);
+    const uint64_t minimum = process + weights + session;
+    if (minimum > out.budget->limit()) {
+      ThrowInputError("--dram-budget: this GGUF needs ", minimum >> 20,
+                      " MiB resident (weights, KV cache, activations); convert it with "
+                      "`sparrow convert` to stream its feed-forward from flash within a smaller budget");
+    }
+    out.budget->Charge(process, "process", minimum);
+    out.budget->Charge(weights, "weights", minimum);
+    out.budget->Charge(session, "KV cache and activations", minimum);
+  }
+  return out;
+}
+
+}  // namespace
+
+uint64_t CurrentRssBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+LoadedModel OpenModel(const std::string& path, const EngineOptions& options) {
+  if (bundle::Bundle::LooksLikeBundle(path)) return OpenBundle(path, options);
+  return OpenGguf(path, options);
+}
+
+}  // namespace sparrow

@@ -1,0 +1,42 @@
+// Opening a model for running, whatever its file: a GGUF runs dense with
+// every weight resident (mapped); a Sparrow bundle runs with attention and
+// embeddings resident and the feed-forward streamed from flash within a
+// DRAM budget. Frontends (the CLI) go through this.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "src/model/model.h"
+#include "src/runtime/budget.h"
+#include "src/runtime/streamed_ffn.h"
+
+namespace sparrow {
+
+struct EngineOptions {
+  uint64_t dram_budget = 0;  // bytes; 0 = no limit
+  size_t n_ctx = 0;          // 0: the model's context length, at most 4096
+  size_t max_batch = 0;      // tokens per forward pass; 0: 512 resident, 64 streamed
+  size_t logits_rows = 1;    // tokens whose logits are kept (perplexity: n_ctx)
+  StreamConfig stream;       // streamed models only
+};
+
+struct LoadedModel {
+  std::unique_ptr<Model> model;
+  size_t n_ctx = 0;
+  size_t max_batch = 0;
+  std::shared_ptr<MemoryBudget> budget;
+  StreamedFeedForward* streamed = nullptr;  // set when the FFN streams
+  std::string format;                       // "gguf" or "bundle"
+};
+
+// InputError for a file that is neither, a broken file, or a budget that
+// cannot hold the model (with the minimum).
+LoadedModel OpenModel(const std::string& path, const EngineOptions& options);
+
+// Resident set size of this process now, in bytes.
+uint64_t CurrentRssBytes();
+
+}  // namespace sparrow

@@ -1,0 +1,97 @@
+// The feed-forward of a bundle model, streamed from flash through per-group
+// compacted unit caches (LLM in a flash, section 3):
+//   need = policy.Select(group, input)
+//   hits are computed from the cache; misses are planned into coalesced
+//   reads, loaded, checksum-verified, appended to the cache (evicting what
+//   the eviction policy picks), and computed, chunk by chunk when a token
+//   needs more units than the cache holds.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "formats/bundle.h"
+#include "src/model/config.h"
+#include "src/model/feed_forward.h"
+#include "src/runtime/budget.h"
+#include "src/runtime/eviction.h"
+#include "src/runtime/loader.h"
+#include "src/runtime/read_planner.h"
+#include "src/runtime/stats.h"
+#include "src/runtime/unit_cache.h"
+#include "src/runtime/unit_policy.h"
+
+namespace sparrow {
+
+struct StreamConfig {
+  EvictionKind eviction = EvictionKind::kWindow;
+  uint32_t window_tokens = 4;
+  IoMode io = IoMode::kPread;
+  int io_threads = 16;
+  uint64_t staging_bytes = 16ull << 20;
+  uint64_t max_read_bytes = 1ull << 20;
+  uint64_t max_gap_bytes = 0;
+};
+
+class StreamedFeedForward : public FeedForward {
+ public:
+  // Charges its scratch, staging and loader memory to `budget`, then sizes
+  // the unit caches from what remains (in proportion to each group's size,
+  // at most the whole group). InputError when not even the minimum fits.
+  StreamedFeedForward(const bundle::Bundle& bundle, const ModelConfig& config,
+                      const StreamConfig& stream, size_t max_batch,
+                      MemoryBudget& budget, std::unique_ptr<UnitPolicy> policy);
+
+  void Forward(uint32_t layer, const float* x, size_t n, float* out) override;
+
+  StreamStats& stats() { return stats_; }
+  const StreamConfig& stream_config() const { return stream_; }
+  // Bytes of all unit caches, and the fraction of all units they can hold.
+  uint64_t cache_bytes() const;
+  double cache_fraction() const;
+  IoMode io_mode() const { return loader_->mode(); }
+  TensorType record_type() const { return bundle_.record_type(); }
+
+  // Bytes the minimum workable configuration needs besides the fixed parts
+  // (used for "budget too small" messages).
+  static uint64_t MinimumBytes(const bundle::Bundle& bundle, const StreamConfig& stream,
+                               const ModelConfig& config, size_t max_batch);
+
+ private:
+  struct Group {
+    const bundle::UnitGroup* info = nullptr;
+    std::unique_ptr<UnitCache> cache;
+    std::unique_ptr<EvictionPolicy> eviction;
+    std::vector<uint32_t> need_stamp;  // == stamp_ when needed by this pass
+  };
+  // Brings every unit of `need` through g's cache and calls use(rows, units)
+  // on runs of cached rows, each needed unit exactly once.
+  using UseFn = std::function<void(const std::vector<uint32_t>& rows)>;
+  void StreamGroup(Group& g, const std::vector<uint32_t>& need, const UseFn& use);
+  void ForwardNeuron(uint32_t layer, const float* x, size_t n, float* out);
+  void ForwardDip(uint32_t layer, const float* x, size_t n, float* out);
+  Group& GroupFor(uint32_t layer, bundle::RecordKind kind);
+
+  const bundle::Bundle& bundle_;
+  const ModelConfig& config_;
+  StreamConfig stream_;
+  size_t max_batch_;
+  std::unique_ptr<UnitPolicy> policy_;
+  std::unique_ptr<Loader> loader_;
+  std::unique_ptr<ReadPlanner> planner_;
+  std::vector<Group> groups_;           // bundle order
+  std::vector<int> group_index_;        // (layer * 3 + kind) -> index in groups_
+  StreamStats stats_;
+  uint64_t token_ = 0;
+  uint32_t stamp_ = 0;
+  // Scratch: coefficients/activations for max_batch tokens.
+  AlignedBuffer<float> gate_, up_, coeff_;
+  std::vector<uint32_t> need_, misses_, candidates_, victims_, expired_, rows_;
+  std::vector<ReadOp> ops_;
+  std::vector<PlannedRecord> planned_;
+};
+
+}  // namespace sparrow
