@@ -24,7 +24,9 @@ struct ReadOp {
 
 struct ReadTotals {
   uint64_t bytes = 0;  // bytes transferred from the file
-  uint64_t calls = 0;  // read system calls (or submissions) issued
+  // Read system calls issued: pread calls; io_uring_enter calls for
+  // kUring; madvise calls for kMmap (its page faults are not counted).
+  uint64_t calls = 0;
 };
 
 class Loader {
@@ -33,9 +35,12 @@ class Loader {
   // Performs every op, `parallelism` at a time where the mode allows, and
   // returns when all are complete. Ops must satisfy alignment() in offset,
   // length and dest. InputError naming the file and offset on an I/O error
-  // or a short read (truncated file).
+  // or a short read (truncated file). One ReadAll at a time per loader.
+  // For kDirect (and kUring on O_DIRECT), an op may reach into the block
+  // holding the file's last byte; the bytes past the end read as zeros.
   virtual ReadTotals ReadAll(const std::vector<ReadOp>& ops) = 0;
-  // Required alignment of offset, length and dest (4096 for direct, else 1).
+  // Required alignment of offset, length and dest: 4096 when reading with
+  // O_DIRECT (kDirect, and kUring where the filesystem takes it), else 1.
   virtual size_t alignment() const = 0;
   virtual IoMode mode() const = 0;
   // Bytes of memory this loader holds (thread stacks aside), for the budget.

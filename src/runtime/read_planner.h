@@ -18,30 +18,48 @@ struct PlannedRecord {
 };
 
 struct ReadPlanOptions {
-  uint64_t max_read_bytes = 1 << 20;  // largest single read
+  // Largest single read (rounded down to a multiple of `alignment`, and at
+  // least `alignment`). A longer extent becomes several reads that land
+  // back to back in staging, so a record may straddle two reads.
+  uint64_t max_read_bytes = 1 << 20;
   // Records separated by at most this many bytes are read as one extent
   // (the gap is read and discarded: Ripple's access collapse). 0: only
-  // exactly adjacent records coalesce.
+  // exactly adjacent records coalesce. With alignment > 1 the gap is
+  // measured between the widened extents (records in the same block always
+  // share a read). Gaps of max_read_bytes or more are never read.
   uint64_t max_gap_bytes = 0;
-  size_t alignment = 1;  // from Loader::alignment()
+  size_t alignment = 1;  // from Loader::alignment(); a power of two
 };
 
 class ReadPlanner {
  public:
   // `staging_bytes` of aligned staging memory is allocated once here.
+  // std::invalid_argument if options.alignment is not a power of two.
   ReadPlanner(uint64_t staging_bytes, const ReadPlanOptions& options);
 
   // Plans reads for `units` (any order, no duplicates) of records at
   // offsets offset_of(unit) of `record_bytes` each, as many as fit in the
   // staging memory from the front of the list; returns how many were
-  // planned (>= 1 if units is non-empty and one record fits). Fills `ops`
-  // and `records` (in disk order).
+  // planned (>= 1 if units is non-empty and staging_bytes() >=
+  // MinStagingBytes(record_bytes)); the caller plans the rest of the list
+  // in further calls. Fills `ops` (by offset; offset, length and dest
+  // aligned to options().alignment, length <= max_read_bytes) and
+  // `records` (in disk order). Both point into staging and are valid until
+  // the next Plan.
+  //
+  // Staging layout: extents (runs of records merged by adjacency or gap)
+  // in disk order, each starting at the next multiple of
+  // max(alignment, 64) bytes; the plan fits when the last extent ends
+  // within staging_bytes(). When the whole list does not fit, the count
+  // returned is a prefix length n that fits while n + 1 does not.
   template <typename OffsetOf>
   size_t Plan(const std::vector<uint32_t>& units, uint32_t record_bytes,
               OffsetOf offset_of, std::vector<ReadOp>* ops,
               std::vector<PlannedRecord>* records);
 
   uint64_t staging_bytes() const { return staging_.size(); }
+  // Staging that any one record needs, wherever it sits on disk.
+  uint64_t MinStagingBytes(uint32_t record_bytes) const;
   const ReadPlanOptions& options() const { return options_; }
 
  private:
@@ -51,10 +69,15 @@ class ReadPlanner {
   };
   size_t PlanSorted(std::vector<Item>& items, uint32_t record_bytes,
                     std::vector<ReadOp>* ops, std::vector<PlannedRecord>* records);
+  // Sorts the first `count` items into sorted_ and returns the staging
+  // bytes their plan needs; with `ops` non-null also emits the plan.
+  uint64_t Layout(const std::vector<Item>& items, size_t count, uint32_t record_bytes,
+                  std::vector<ReadOp>* ops, std::vector<PlannedRecord>* records);
 
   ReadPlanOptions options_;
   AlignedBuffer<uint8_t> staging_;
   std::vector<Item> items_;
+  std::vector<Item> sorted_;
 };
 
 template <typename OffsetOf>
