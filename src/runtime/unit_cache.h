@@ -4,6 +4,14 @@
 // units are appended; a deleted unit's row is overwritten by the last row
 // (swap-with-last), so the used rows stay contiguous and nothing is ever
 // reallocated while generating.
+//
+// Costs: Append, Contains, RowOf O(1); Remove O(row_bytes) (one memcpy);
+// RemoveMany O(k * row_bytes) for k units, copying only the rows that must
+// move; Clear O(size). Memory: capacity * row_bytes for the rows (64-byte
+// aligned base, rows packed at row_bytes), 4 bytes per unit for the
+// unit -> row index and 5 bytes per row for the row -> unit vector and
+// RemoveMany's marks, all allocated and touched in the constructor (so the
+// pages are resident from the start and no page fault lands in a token).
 #pragma once
 
 #include <cstdint>
@@ -17,14 +25,24 @@ class UnitCache {
  public:
   static constexpr int32_t kAbsent = -1;
 
+  // n_units in [1, INT32_MAX], row_bytes >= 1, capacity >= 1; a capacity
+  // above n_units is lowered to n_units (more rows could never be used).
+  // std::invalid_argument otherwise; std::bad_alloc if memory runs out.
   UnitCache(uint32_t n_units, uint32_t row_bytes, uint32_t capacity);
+
+  // Bytes a cache with these parameters holds (rows and maps), for charging
+  // the budget before constructing it.
+  static uint64_t MemoryBytes(uint32_t n_units, uint32_t row_bytes, uint32_t capacity);
 
   uint32_t n_units() const { return n_units_; }
   uint32_t row_bytes() const { return row_bytes_; }
   uint32_t capacity() const { return capacity_; }
   uint32_t size() const { return size_; }
   bool full() const { return size_ == capacity_; }
+  // The row matrix alone.
   uint64_t bytes() const { return uint64_t{capacity_} * row_bytes_; }
+  // Everything this cache holds (rows and maps): MemoryBytes(...).
+  uint64_t memory_bytes() const;
 
   // Row of `unit`, or kAbsent.
   int32_t RowOf(uint32_t unit) const { return row_of_unit_[unit]; }
@@ -33,17 +51,27 @@ class UnitCache {
   uint8_t* Row(uint32_t row) { return rows_.data() + uint64_t{row} * row_bytes_; }
   const uint8_t* Row(uint32_t row) const { return rows_.data() + uint64_t{row} * row_bytes_; }
   const uint8_t* data() const { return rows_.data(); }
-  // unit id of each used row, rows [0, size).
+  // unit id of each row; entries [0, size) are the used rows, the rest
+  // (up to capacity) are stale.
   const std::vector<uint32_t>& units_by_row() const { return unit_of_row_; }
 
   // Appends `unit` (must be absent, cache not full); returns its row, whose
-  // bytes the caller fills.
+  // bytes the caller fills. std::logic_error if the preconditions fail.
   uint32_t Append(uint32_t unit);
-  // Deletes `unit` (must be present): the last row's unit moves into its row.
+  // Deletes `unit` (must be present): the last row's bytes and unit move
+  // into its row. std::logic_error if absent.
   void Remove(uint32_t unit);
+  // Deletes every unit in `units` (each present, no repeats; else
+  // std::logic_error and nothing is changed): the freed rows below the new
+  // size are filled from surviving rows above it, so a row that is itself
+  // being deleted is never copied. Same end state as some sequence of
+  // Remove calls, with fewer copies.
+  void RemoveMany(const std::vector<uint32_t>& units);
   void Clear();
 
  private:
+  void CheckUnit(uint32_t unit, const char* operation) const;
+
   uint32_t n_units_;
   uint32_t row_bytes_;
   uint32_t capacity_;
@@ -51,6 +79,7 @@ class UnitCache {
   AlignedBuffer<uint8_t> rows_;
   std::vector<int32_t> row_of_unit_;
   std::vector<uint32_t> unit_of_row_;  // capacity entries, [0, size) valid
+  std::vector<uint8_t> row_marked_;    // RemoveMany scratch, all 0 between calls
 };
 
 }  // namespace sparrow
