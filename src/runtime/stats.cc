@@ -1,1 +1,231 @@
-// Placeholder: being written.
+#include "src/runtime/stats.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "base/error.h"
+#include "src/runtime/budget.h"
+
+namespace sparrow {
+namespace {
+
+std::string Fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.*f", decimals, value);
+  return text;
+}
+
+std::string Percent(double part, double whole) {
+  if (!(whole > 0)) return "-";
+  return Fixed(100.0 * part / whole, 1) + "%";
+}
+
+// 0.0123 s -> "12.3 ms"; keeps per-token times readable.
+std::string Duration(double seconds) {
+  if (seconds >= 1.0) return Fixed(seconds, 3) + " s";
+  if (seconds >= 1e-3) return Fixed(seconds * 1e3, 2) + " ms";
+  return Fixed(seconds * 1e6, 1) + " us";
+}
+
+double TotalSeconds(const TokenStats& s) {
+  return s.io_seconds + s.memory_seconds + s.compute_seconds;
+}
+
+std::string MeanReadSize(const TokenStats& s) {
+  if (s.read_calls == 0) return "-";
+  return FormatByteSize(s.bytes_read / s.read_calls);
+}
+
+std::string HitRate(const TokenStats& s) {
+  return Percent(static_cast<double>(s.units_hit), static_cast<double>(s.units_needed));
+}
+
+std::string PerToken(uint64_t value, uint64_t tokens) {
+  return Fixed(static_cast<double>(value) / static_cast<double>(tokens), 1);
+}
+
+std::string BytesPerToken(uint64_t bytes, uint64_t tokens) {
+  return FormatByteSize(bytes / tokens);
+}
+
+void Row(std::FILE* out, const std::string& label, const std::string& a,
+         const std::string& b, const std::string& c, bool third) {
+  if (third) {
+    std::fprintf(out, "  %-16s %14s %14s %16s\n", label.c_str(), a.c_str(), b.c_str(), c.c_str());
+  } else {
+    std::fprintf(out, "  %-16s %14s %14s\n", label.c_str(), a.c_str(), b.c_str());
+  }
+}
+
+// JSON numbers: finite doubles with enough digits to round-trip a timing,
+// anything else as null (JSON has no NaN or infinity).
+std::string JsonDouble(double value) {
+  if (!std::isfinite(value)) return "null";
+  char text[40];
+  std::snprintf(text, sizeof(text), "%.9g", value);
+  return text;
+}
+
+std::string JsonRecord(size_t index, const TokenStats& s) {
+  const std::string mean_read =
+      s.read_calls == 0 ? "null"
+                        : JsonDouble(static_cast<double>(s.bytes_read) /
+                                     static_cast<double>(s.read_calls));
+  const std::string hit_rate =
+      s.units_needed == 0 ? "null"
+                          : JsonDouble(static_cast<double>(s.units_hit) /
+                                       static_cast<double>(s.units_needed));
+  return StrCat("{\"record\":", index, ",\"tokens\":", s.tokens,
+                ",\"bytes_read\":", s.bytes_read, ",\"read_calls\":", s.read_calls,
+                ",\"mean_read_bytes\":", mean_read, ",\"units_needed\":", s.units_needed,
+                ",\"units_hit\":", s.units_hit, ",\"hit_rate\":", hit_rate,
+                ",\"units_loaded\":", s.units_loaded, ",\"units_evicted\":", s.units_evicted,
+                ",\"io_seconds\":", JsonDouble(s.io_seconds),
+                ",\"memory_seconds\":", JsonDouble(s.memory_seconds),
+                ",\"compute_seconds\":", JsonDouble(s.compute_seconds), "}");
+}
+
+[[noreturn]] void ThrowWriteError(const std::string& path, int err) {
+  ThrowInputError("cannot write stats JSON '", path, "': ", std::strerror(err));
+}
+
+// Writes `text` to `path` through a temporary file in the same directory
+// and a rename, so `path` is replaced whole or not at all.
+void WriteFileAtomically(const std::string& path, const std::string& text) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = StrCat(path, ".tmp.", ::getpid(), ".", counter++);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) ThrowWriteError(path, errno);
+  int err = 0;
+  for (size_t done = 0; done < text.size() && err == 0;) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      err = errno;
+    } else if (n == 0) {
+      err = EIO;
+    }
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    ThrowWriteError(path, err);
+  }
+}
+
+}  // namespace
+
+void TokenStats::Add(const TokenStats& other) {
+  bytes_read += other.bytes_read;
+  read_calls += other.read_calls;
+  units_needed += other.units_needed;
+  units_hit += other.units_hit;
+  units_loaded += other.units_loaded;
+  units_evicted += other.units_evicted;
+  io_seconds += other.io_seconds;
+  memory_seconds += other.memory_seconds;
+  compute_seconds += other.compute_seconds;
+  tokens += other.tokens;
+}
+
+void StreamStats::BeginToken(uint64_t tokens_in_batch) {
+  if (open_) throw std::logic_error("StreamStats::BeginToken: a record is already open");
+  if (tokens_in_batch == 0) throw std::logic_error("StreamStats::BeginToken: zero tokens");
+  current_ = TokenStats();
+  current_.tokens = tokens_in_batch;
+  open_ = true;
+}
+
+void StreamStats::EndToken() {
+  if (!open_) throw std::logic_error("StreamStats::EndToken: no record is open");
+  history_.push_back(current_);
+  open_ = false;
+}
+
+TokenStats StreamStats::Total() const {
+  TokenStats total;
+  total.tokens = 0;
+  for (const TokenStats& record : history_) total.Add(record);
+  return total;
+}
+
+void StreamStats::PrintSummary(std::FILE* out) const {
+  const TokenStats all = Total();
+  if (all.tokens == 0) {
+    std::fprintf(out, "streamed FFN: no tokens recorded\n");
+    return;
+  }
+  TokenStats decode;
+  decode.tokens = 0;
+  for (const TokenStats& record : history_) {
+    if (record.tokens == 1) decode.Add(record);
+  }
+  // A third column only says something new when batches and single tokens mix.
+  const bool third = decode.tokens != 0 && decode.tokens != all.tokens;
+  const uint64_t n = all.tokens;
+  const uint64_t d = third ? decode.tokens : 1;
+
+  std::fprintf(out, "streamed FFN: %llu tokens in %zu records\n",
+               static_cast<unsigned long long>(n), history_.size());
+  Row(out, "", "total", "per token", "per decode token", third);
+  Row(out, "bytes read", FormatByteSize(all.bytes_read), BytesPerToken(all.bytes_read, n),
+      BytesPerToken(decode.bytes_read, d), third);
+  Row(out, "read calls", std::to_string(all.read_calls), PerToken(all.read_calls, n),
+      PerToken(decode.read_calls, d), third);
+  Row(out, "mean read size", MeanReadSize(all), "", MeanReadSize(decode), third);
+  Row(out, "cache hit rate", HitRate(all), "", HitRate(decode), third);
+  Row(out, "units needed", std::to_string(all.units_needed), PerToken(all.units_needed, n),
+      PerToken(decode.units_needed, d), third);
+  Row(out, "units loaded", std::to_string(all.units_loaded), PerToken(all.units_loaded, n),
+      PerToken(decode.units_loaded, d), third);
+  Row(out, "units evicted", std::to_string(all.units_evicted), PerToken(all.units_evicted, n),
+      PerToken(decode.units_evicted, d), third);
+
+  const double total_seconds = TotalSeconds(all);
+  std::fprintf(out, "  %-16s %14s %8s %14s%s\n", "time", "seconds", "share", "per token",
+               third ? "   per decode token" : "");
+  const struct {
+    const char* label;
+    double TokenStats::*field;
+  } kParts[] = {{"I/O", &TokenStats::io_seconds},
+                {"memory mgmt", &TokenStats::memory_seconds},
+                {"compute", &TokenStats::compute_seconds}};
+  for (const auto& part : kParts) {
+    const double seconds = all.*part.field;
+    std::fprintf(out, "  %-16s %14s %8s %14s", part.label, Fixed(seconds, 3).c_str(),
+                 Percent(seconds, total_seconds).c_str(),
+                 Duration(seconds / static_cast<double>(n)).c_str());
+    if (third) {
+      std::fprintf(out, " %18s", Duration(decode.*part.field / static_cast<double>(d)).c_str());
+    }
+    std::fprintf(out, "\n");
+  }
+  std::fprintf(out, "  %-16s %14s %8s %14s", "total", Fixed(total_seconds, 3).c_str(),
+               total_seconds > 0 ? "100.0%" : "-",
+               Duration(total_seconds / static_cast<double>(n)).c_str());
+  if (third) {
+    std::fprintf(out, " %18s", Duration(TotalSeconds(decode) / static_cast<double>(d)).c_str());
+  }
+  std::fprintf(out, "\n");
+}
+
+void StreamStats::WriteJson(const std::string& path) const {
+  std::string text = "[";
+  for (size_t i = 0; i < history_.size(); ++i) {
+    text += i == 0 ? "\n  " : ",\n  ";
+    text += JsonRecord(i, history_[i]);
+  }
+  text += history_.empty() ? "]\n" : "\n]\n";
+  WriteFileAtomically(path, text);
+}
+
+}  // namespace sparrow
