@@ -176,6 +176,13 @@ class GgufWriter {
   // Nothing touches `path` until Finish(); data goes to a temporary file in
   // the same directory. Throws InputError if that cannot be created.
   explicit GgufWriter(std::string path, uint64_t alignment = kDefaultAlignment);
+  // Writes the image into `file` at its current position instead (a GGUF
+  // image embedded in a larger file, e.g. a bundle's resident section). The
+  // image's offsets are relative to that position, so it should be a
+  // multiple of `alignment`. The caller keeps the file: Finish() only
+  // flushes it (no sync, close or rename), and nothing is removed on failure.
+  // `name` is used in messages.
+  GgufWriter(std::FILE* file, std::string name, uint64_t alignment = kDefaultAlignment);
   GgufWriter(const GgufWriter&) = delete;
   GgufWriter& operator=(const GgufWriter&) = delete;
   // Removes the temporary file unless Finish() succeeded.
@@ -201,6 +208,7 @@ class GgufWriter {
   std::string path_;
   std::string tmp_path_;
   std::FILE* file_ = nullptr;
+  bool owns_file_ = true;
   uint64_t alignment_;
   std::vector<KeyValue> metadata_;
   struct PendingTensor {

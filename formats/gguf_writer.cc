@@ -82,13 +82,27 @@ void CheckValue(const std::string& path, const std::string& key, const Value& va
 
 }  // namespace
 
-GgufWriter::GgufWriter(std::string path, uint64_t alignment)
-    : path_(std::move(path)), alignment_(alignment) {
-  if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0 ||
-      alignment_ > std::numeric_limits<uint32_t>::max()) {
-    ThrowInputError("cannot write '", path_, "': alignment ", alignment_,
+namespace {
+
+void CheckAlignment(const std::string& path, uint64_t alignment) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 ||
+      alignment > std::numeric_limits<uint32_t>::max()) {
+    ThrowInputError("cannot write '", path, "': alignment ", alignment,
                     " is not a power of two that fits in 32 bits");
   }
+}
+
+}  // namespace
+
+GgufWriter::GgufWriter(std::FILE* file, std::string name, uint64_t alignment)
+    : path_(std::move(name)), file_(file), owns_file_(false), alignment_(alignment) {
+  CheckAlignment(path_, alignment_);
+  if (file_ == nullptr) Misuse(path_, "null FILE");
+}
+
+GgufWriter::GgufWriter(std::string path, uint64_t alignment)
+    : path_(std::move(path)), alignment_(alignment) {
+  CheckAlignment(path_, alignment_);
   // A unique name beside the target, so the final rename stays within one
   // file system; O_EXCL so two writers never share a temporary file.
   static std::atomic<unsigned> counter{0};
@@ -114,7 +128,7 @@ GgufWriter::GgufWriter(std::string path, uint64_t alignment)
 }
 
 GgufWriter::~GgufWriter() {
-  if (file_ != nullptr) std::fclose(file_);
+  if (file_ != nullptr && owns_file_) std::fclose(file_);
   if (!finished_ && !tmp_path_.empty()) ::unlink(tmp_path_.c_str());
 }
 
@@ -323,6 +337,14 @@ void GgufWriter::Finish() {
   }
   std::FILE* file = file_;
   file_ = nullptr;
+  if (!owns_file_) {
+    if (std::fflush(file) != 0) {
+      const int err = errno;
+      ThrowInputError("cannot write '", path_, "': ", std::strerror(err));
+    }
+    finished_ = true;
+    return;
+  }
   bool ok = std::fflush(file) == 0;
   int err = ok ? 0 : errno;
   if (ok && ::fsync(::fileno(file)) != 0) {
