@@ -3,17 +3,27 @@
 //
 // File layout (every section starts on a 4096-byte boundary so O_DIRECT can
 // read it):
-//   [0, 64)        fixed header: magic "SPRWBNDL", version, the header
-//                  region's length and its CRC32C
+//   [0, 64)        fixed header (little-endian):
+//                    [0, 8)   magic "SPRWBNDL"
+//                    [8, 12)  u32 version (kVersion)
+//                    [12, 16) zero
+//                    [16, 24) u64 H, the end of the header region
+//                    [24, 60) zero
+//                    [60, 64) u32 CRC32C of bytes [0, 60) followed by [64, H)
 //   [64, H)        header body: a GGUF image holding metadata only: the
 //                  model's metadata and tokenizer (same keys as the source
-//                  GGUF) plus sparrow.* keys: layout, record type, section
-//                  offsets/lengths, the resident section's CRC32C, and the
-//                  per-layer record permutations
+//                  GGUF) plus sparrow.* keys (see namespace keys below):
+//                  layout, record type, the resident section's offset,
+//                  length and CRC32C, and per (layer, kind) group its
+//                  geometry, offset and record permutation
 //   resident       a GGUF image with every tensor except ffn_gate/up/down,
-//                  in the source types; CRC32C checked when it is loaded
+//                  in the source types, byte for byte; CRC32C checked when it
+//                  is loaded
 //   per layer and record kind, an FFN section of fixed-size records; each
-//   record ends with the CRC32C of its payload, checked whenever it is read.
+//   record ends with the CRC32C of everything before it in the record
+//   (payload and zero padding), checked whenever it is read.
+// Sections follow each other in that order, each on a 4096-byte boundary,
+// gaps zero-filled; the file is padded to a multiple of 4096 bytes.
 //
 // Records ("units"), each part quantized along its length in blocks of 32
 // (parts are zero-padded to a whole number of blocks) or stored F16/F32:
@@ -40,6 +50,33 @@ inline constexpr char kMagic[8] = {'S', 'P', 'R', 'W', 'B', 'N', 'D', 'L'};
 inline constexpr uint32_t kVersion = 1;
 inline constexpr uint64_t kSectionAlignment = 4096;
 inline constexpr uint32_t kRecordCrcBytes = 4;
+inline constexpr uint64_t kFixedHeaderBytes = 64;
+// A header region larger than this is rejected before anything is allocated
+// (a 256k-token vocabulary with merges needs tens of MiB).
+inline constexpr uint64_t kMaxHeaderBytes = uint64_t{1} << 30;
+
+// Metadata keys of the header body. Group geometry is stored as parallel
+// arrays indexed by group; each group's permutation under its own key.
+namespace keys {
+inline constexpr char kLayout[] = "sparrow.layout";            // string: "neuron" | "dip"
+inline constexpr char kRecordType[] = "sparrow.record_type";   // string: "f32" | "f16" | "q8_0" | "q4_0"
+inline constexpr char kSource[] = "sparrow.source";            // string: source file name (informational)
+inline constexpr char kFileBytes[] = "sparrow.file_bytes";     // u64: the file's exact size
+inline constexpr char kResidentOffset[] = "sparrow.resident.offset";  // u64
+inline constexpr char kResidentBytes[] = "sparrow.resident.bytes";    // u64
+inline constexpr char kResidentCrc[] = "sparrow.resident.crc32c";     // u32
+inline constexpr char kGroupLayer[] = "sparrow.groups.layer";                  // u32[]
+inline constexpr char kGroupKind[] = "sparrow.groups.kind";                    // u32[] (RecordKind)
+inline constexpr char kGroupUnits[] = "sparrow.groups.n_units";                // u32[]
+inline constexpr char kGroupParts[] = "sparrow.groups.parts";                  // u32[]
+inline constexpr char kGroupPartElems[] = "sparrow.groups.part_elems";         // u32[]
+inline constexpr char kGroupPartPadded[] = "sparrow.groups.part_padded_elems"; // u32[]
+inline constexpr char kGroupPartBytes[] = "sparrow.groups.part_bytes";         // u32[]
+inline constexpr char kGroupRecordBytes[] = "sparrow.groups.record_bytes";     // u32[]
+inline constexpr char kGroupOffset[] = "sparrow.groups.offset";                // u64[]
+// "sparrow.groups.<index>.slot_of_unit": u32[n_units], a permutation.
+std::string GroupPermutationKey(size_t group_index);
+}  // namespace keys
 
 enum class Layout : uint32_t { kNeuron = 0, kDip = 1 };
 std::string_view LayoutName(Layout layout);
@@ -51,6 +88,10 @@ enum class RecordKind : uint32_t {
   kDipOutput = 2,  // [down column], one per FFN neuron
 };
 std::string_view RecordKindName(RecordKind kind);
+// The record kinds a layout stores for each layer, in file order.
+std::vector<RecordKind> LayoutKinds(Layout layout);
+// The record types records may be stored in: F32, F16, Q8_0, Q4_0.
+bool IsRecordType(TensorType type);
 
 // The records of one (layer, kind): a run of `n_units` fixed-size records.
 struct UnitGroup {
@@ -72,6 +113,17 @@ struct UnitGroup {
   uint64_t section_bytes() const { return uint64_t{n_units} * record_bytes; }
 };
 
+// The geometry (everything but offset and permutation) of a group for a
+// model with these dimensions; InputError for a record type that is not one
+// of IsRecordType's or sizes that overflow 32 bits.
+UnitGroup GroupGeometry(uint32_t layer, RecordKind kind, uint32_t d_model,
+                        uint32_t d_ff, TensorType record_type);
+
+// Zeroes the padding after the payload and stores the record's CRC32C in
+// its last 4 bytes (writers); RecordCrcMatches checks it (readers).
+void SealRecord(const UnitGroup& group, uint8_t* record);
+bool RecordCrcMatches(const UnitGroup& group, const uint8_t* record);
+
 class Bundle {
  public:
   // Reads and validates the fixed header and the header body (CRC32C,
@@ -86,18 +138,29 @@ class Bundle {
   const gguf::GgufFile& header() const { return *header_; }
   Layout layout() const { return layout_; }
   TensorType record_type() const { return record_type_; }
+  // The FFN shape the groups were checked against (from the model's
+  // <arch>.block_count, embedding_length and feed_forward_length).
+  uint32_t n_layers() const { return n_layers_; }
+  uint32_t d_model() const { return d_model_; }
+  uint32_t d_ff() const { return d_ff_; }
+  // End of the header region (fixed header + header body).
+  uint64_t header_bytes() const { return header_bytes_; }
   uint64_t resident_offset() const { return resident_offset_; }
   uint64_t resident_bytes() const { return resident_bytes_; }
+  uint32_t resident_crc() const { return resident_crc_; }
   const std::vector<UnitGroup>& groups() const { return groups_; }
   // nullptr when the layout has no such kind.
   const UnitGroup* FindGroup(uint32_t layer, RecordKind kind) const;
 
   // Reads the resident section into memory, checks its CRC32C and parses it.
   // InputError ("... resident section checksum mismatch ...") on corruption.
+  // The returned file owns its bytes; tensor data pointers stay valid while
+  // it lives.
   gguf::GgufFile LoadResident() const;
 
-  // Checks the CRC32C at the end of a record just read; InputError naming
-  // the file, layer, kind and unit when it does not match.
+  // Checks the CRC32C at the end of a record just read (record_bytes bytes
+  // at `record`); InputError naming the file, layer, kind, unit and file
+  // offset when it does not match.
   void VerifyRecord(const UnitGroup& group, uint32_t unit,
                     const uint8_t* record) const;
 
@@ -108,6 +171,10 @@ class Bundle {
   std::shared_ptr<gguf::GgufFile> header_;
   Layout layout_ = Layout::kNeuron;
   TensorType record_type_ = TensorType::kF32;
+  uint32_t n_layers_ = 0;
+  uint32_t d_model_ = 0;
+  uint32_t d_ff_ = 0;
+  uint64_t header_bytes_ = 0;
   uint64_t resident_offset_ = 0;
   uint64_t resident_bytes_ = 0;
   uint32_t resident_crc_ = 0;

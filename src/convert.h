@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "formats/bundle.h"
@@ -11,16 +12,28 @@
 namespace sparrow {
 
 struct ConvertOptions {
-  TensorType record_type = TensorType::kF32;  // f32, f16, q8_0, q4_0
+  // f32, f16, q8_0 or q4_0; unset: DefaultRecordType() of the source.
+  std::optional<TensorType> record_type;
   bundle::Layout layout = bundle::Layout::kNeuron;
   bool force = false;  // overwrite an existing output
+  // f32 bytes a column tile may take (a tile is at least one source block
+  // wide). Tuning only; tests shrink it to exercise tiling.
+  uint64_t column_tile_bytes = uint64_t{16} << 20;
 };
 
-// Reads the GGUF tensor by tensor (memory bounded by one FFN matrix in f32),
-// writes the bundle through a temporary file renamed at the end.
+// The record type chosen when none is asked for: the source's FFN type when
+// every FFN matrix has the same one and records can store it (f32, f16,
+// q8_0, q4_0: no re-quantization, no growth); otherwise q8_0, which keeps
+// any source type (bf16, q4_K, q6_K, mixed) within ~0.5% of its quality.
+TensorType DefaultRecordType(const gguf::GgufFile& source);
+
+// Reads the GGUF tensor by tensor and writes the bundle through a temporary
+// file renamed at the end. Memory: the source is mapped, not read in;
+// records are built a tile of units at a time from at most two column tiles
+// of f32 (~16 MiB each), so converting a 7B model needs a few tens of MiB.
 // progress(done, total) counts bytes of output. InputError for a model
 // Sparrow cannot run, an unsupported record type, or an existing output
-// without force.
+// without force; a failed conversion leaves no output and no temporary file.
 void ConvertGgufToBundle(const std::string& gguf_path,
                          const std::string& bundle_path,
                          const ConvertOptions& options,

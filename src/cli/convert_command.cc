@@ -1,1 +1,68 @@
-// Placeholder: being written.
+// sparrow convert: a GGUF model to a Sparrow bundle for streaming its
+// feed-forward weights from flash.
+#include <cstdio>
+
+#include "base/error.h"
+#include "formats/bundle.h"
+#include "formats/gguf.h"
+#include "src/cli/commands.h"
+#include "src/cli/common.h"
+#include "src/convert.h"
+#include "src/threads.h"
+
+namespace sparrow::cli {
+
+int ConvertCommand(int argc, char** argv) {
+  cxxopts::Options options(
+      "sparrow convert",
+      "Convert a GGUF model into a Sparrow bundle: attention, embeddings and output stay in "
+      "their source types (loaded into memory), the feed-forward weights become records "
+      "streamed from disk.");
+  options.add_options()
+      ("m,model", "Input model (GGUF)", cxxopts::value<std::string>())
+      ("o,output", "Output bundle (.sparrow)", cxxopts::value<std::string>())
+      ("type", "Record type: f32, f16, q8_0 or q4_0 (default: the source's FFN type when it "
+       "is one of these, otherwise q8_0)", cxxopts::value<std::string>())
+      ("layout", "Record layout: neuron ([gate row | up row | down column] per FFN neuron) or "
+       "dip (per input dim [up column | gate column], per neuron [down column])",
+       cxxopts::value<std::string>()->default_value("neuron"))
+      ("force", "Overwrite the output file if it exists")
+      ("t,threads", "Worker threads (default: all cores)", cxxopts::value<int>()->default_value("0"));
+  cxxopts::ParseResult args;
+  if (!Parse(options, argc, argv, &args)) return 0;
+  const std::string input = Require(args, "model");
+  const std::string output = Require(args, "output");
+
+  ConvertOptions convert;
+  if (args.count("type")) {
+    const std::string name = args["type"].as<std::string>();
+    const std::optional<TensorType> type = ParseTensorType(name);
+    if (!type || !bundle::IsRecordType(*type)) {
+      ThrowInputError("convert: --type must be f32, f16, q8_0 or q4_0 (got '", name, "')");
+    }
+    convert.record_type = *type;
+  }
+  const std::string layout = args["layout"].as<std::string>();
+  const std::optional<bundle::Layout> parsed_layout = bundle::ParseLayout(layout);
+  if (!parsed_layout) ThrowInputError("convert: --layout must be neuron or dip (got '", layout, "')");
+  convert.layout = *parsed_layout;
+  convert.force = args.count("force") > 0;
+  const int threads = args["threads"].as<int>();
+  if (threads < 0) ThrowInputError("-t must be positive");
+  SetThreadCount(threads);
+
+  {
+    ProgressBar bar("convert");
+    ConvertGgufToBundle(input, output, convert,
+                        [&](uint64_t done, uint64_t total) { bar.Update(done, total); });
+  }
+  const bundle::Bundle result = bundle::Bundle::Open(output);
+  std::fprintf(stderr, "wrote %s: %s layout, %s records, %s (resident %s)\n", output.c_str(),
+               std::string(bundle::LayoutName(result.layout())).c_str(),
+               std::string(TensorTypeName(result.record_type())).c_str(),
+               FormatBytes(result.file_size()).c_str(),
+               FormatBytes(result.resident_bytes()).c_str());
+  return 0;
+}
+
+}  // namespace sparrow::cli
