@@ -9,5 +9,6 @@ int PerplexityCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
 int SynthCommand(int argc, char** argv);
 int InfoCommand(int argc, char** argv);
+int ConvertCommand(int argc, char** argv);
 
 }  // namespace sparrow::cli

@@ -31,6 +31,8 @@ constexpr CommandEntry kCommands[] = {
      "write a llama GGUF with random weights of any shape and type"},
     {"info", sparrow::cli::InfoCommand,
      "metadata, tensors, types, sizes and the SIMD target in use"},
+    {"convert", sparrow::cli::ConvertCommand,
+     "convert a GGUF model into a bundle that streams its feed-forward from disk"},
 };
 
 void PrintUsage(std::FILE* out) {
