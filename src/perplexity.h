@@ -1,5 +1,6 @@
 // Perplexity the way llama.cpp's perplexity tool computes it, so figures
-// compare one to one: the text is tokenized once without BOS and cut into
+// compare one to one: the text is tokenized once (by the caller, with BOS in
+// front when the model adds one, as llama.cpp's tool does) and cut into
 // consecutive chunks of n_ctx tokens; each chunk's first token is replaced by
 // BOS (when the model adds one) and the chunk is evaluated from an empty
 // cache; only the second half of each chunk is scored (positions

@@ -39,7 +39,9 @@ int PerplexityCommand(int argc, char** argv) {
   engine.logits_rows = static_cast<size_t>(ctx);
   const LoadedModel loaded = OpenModel(model_path, engine);
   const Model* model = loaded.model.get();
-  const std::vector<int32_t> tokens = model->tokenizer().Encode(text, /*add_bos=*/false);
+  // As llama.cpp's perplexity tool: the whole text is tokenized once with the
+  // model's BOS in front (add_special), so chunk boundaries fall where its do.
+  const std::vector<int32_t> tokens = model->tokenizer().Encode(text, model->tokenizer().add_bos());
   std::fprintf(stderr, "perplexity: %zu tokens, %zu chunks of %d\n", tokens.size(),
                max_chunks > 0 ? std::min<size_t>(tokens.size() / ctx, max_chunks)
                               : tokens.size() / ctx,

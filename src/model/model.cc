@@ -160,7 +160,11 @@ void Session::Attention(uint32_t layer, size_t n) {
   if (scores_.size() < threads * kv_.n_ctx()) scores_.Reset(threads * kv_.n_ctx());
   const float* keys = kv_.keys(layer, 0);
   const float* values = kv_.values(layer, 0);
-  ParallelFor(n * c_.n_heads, 1, [&](size_t begin, size_t end, int thread) {
+  // Enough (query, head) pairs per chunk that a thread's share outweighs
+  // the cost of waking it (~32K multiply-adds).
+  const size_t work_per_item = (n_past_ + n) * hd * 2;
+  const size_t grain = std::max<size_t>(1, 32768 / std::max<size_t>(work_per_item, 1));
+  ParallelFor(n * c_.n_heads, grain, [&](size_t begin, size_t end, int thread) {
     float* scratch = scores_.data() + thread * kv_.n_ctx();
     for (size_t item = begin; item < end; ++item) {
       const size_t t = item / c_.n_heads;
