@@ -4,7 +4,8 @@
 //   tokenizer test strings (llama-2-tiny-random.gguf carries that vocabulary);
 // - splits and merges worked out by hand from the regexes and merge lists;
 // - a naive quadratic re-implementation of each merge rule, written from the
-//   rule's statement, run against the real code on many texts.
+//   rule's statement (tokenizer_reference.h), run against the real code on
+//   many texts.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -24,12 +25,18 @@
 #include "src/tokenizer/pre_tokenizer.h"
 #include "src/tokenizer/tokenizer.h"
 #include "src/tokenizer/unicode.h"
+#include "tests/tokenizer_reference.h"
 
 namespace sparrow {
 namespace {
 
 using Ids = std::vector<int32_t>;
 using Words = std::vector<std::string>;
+using reference::ByteTokenName;
+using reference::Gpt2Char;
+using reference::NaiveBpe;
+using reference::NaiveSpm;
+using reference::WellFormed;
 
 std::string SharedPath(const std::string& relative) {
   const char* dir = std::getenv("SPARROW_SHARED_DIR");
@@ -58,131 +65,6 @@ int32_t IdOf(const TokenizerData& data, const std::string& text) {
   return -1;
 }
 
-std::string ByteTokenName(uint8_t b) {
-  char name[8];
-  std::snprintf(name, sizeof(name), "<0x%02X>", b);
-  return name;
-}
-
-// Whether `text` is UTF-8 that needs no U+FFFD when decoded (for such text,
-// decoding the encoding gives the text back).
-bool WellFormed(const std::string& text) {
-  std::string again;
-  for (uint32_t cp : unicode::DecodeUtf8(text)) unicode::AppendUtf8(cp, again);
-  return again == text;
-}
-
-// --- Naive references -------------------------------------------------------
-
-// SentencePiece merging as llama.cpp states it, the slow way: while some
-// adjacent pair of pieces forms a token, merge the pair whose token has the
-// highest score, the leftmost among equals. No queue, no linked list.
-Ids NaiveSpm(const TokenizerData& data, const std::string& text, bool space_prefix) {
-  std::map<std::string, int32_t> ids;
-  for (size_t i = 0; i < data.tokens.size(); ++i) ids[data.tokens[i]] = static_cast<int32_t>(i);
-  std::string s = space_prefix ? " " + text : text;
-  std::string escaped;
-  for (char c : s) escaped += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
-  std::vector<std::string> pieces;
-  for (size_t i = 0; i < escaped.size();) {
-    const auto lead = static_cast<uint8_t>(escaped[i]);
-    size_t n = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    n = std::min(n, escaped.size() - i);
-    pieces.push_back(escaped.substr(i, n));
-    i += n;
-  }
-  for (;;) {
-    int best = -1;
-    float best_score = 0;
-    for (size_t i = 0; i + 1 < pieces.size(); ++i) {
-      const auto it = ids.find(pieces[i] + pieces[i + 1]);
-      if (it == ids.end()) continue;
-      const float score = data.scores[it->second];
-      if (best < 0 || score > best_score) {
-        best = static_cast<int>(i);
-        best_score = score;
-      }
-    }
-    if (best < 0) break;
-    pieces[best] += pieces[best + 1];
-    pieces.erase(pieces.begin() + best + 1);
-  }
-  Ids out;
-  for (const std::string& p : pieces) {
-    const auto it = ids.find(p);
-    if (it != ids.end()) {
-      out.push_back(it->second);
-    } else {
-      for (char c : p) out.push_back(ids.at(ByteTokenName(static_cast<uint8_t>(c))));
-    }
-  }
-  return out;
-}
-
-// Byte-level BPE on one pre-tokenized word, the slow way: write the bytes in
-// GPT-2's alphabet (table built here from its definition), then while some
-// adjacent pair is a merge, merge the pair ranked first, leftmost among equals.
-std::string Gpt2Char(uint8_t b) {
-  static const std::vector<std::string> table = [] {
-    std::vector<std::string> t(256);
-    int extra = 0;
-    for (int c = 0; c < 256; ++c) {
-      const bool printable = (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || c >= 174;
-      const int cp = printable ? c : 256 + extra++;
-      std::string u;
-      if (cp < 0x80) {
-        u += static_cast<char>(cp);
-      } else {
-        u += static_cast<char>(0xC0 | (cp >> 6));
-        u += static_cast<char>(0x80 | (cp & 0x3F));
-      }
-      t[c] = u;
-    }
-    return t;
-  }();
-  return table[b];
-}
-
-Ids NaiveBpeWord(const TokenizerData& data, const std::string& word, bool ignore_merges) {
-  std::map<std::string, int32_t> ids;
-  for (size_t i = 0; i < data.tokens.size(); ++i) ids[data.tokens[i]] = static_cast<int32_t>(i);
-  std::map<std::pair<std::string, std::string>, int> ranks;
-  for (size_t i = 0; i < data.merges.size(); ++i) {
-    const size_t space = data.merges[i].find(' ', 1);
-    ranks.emplace(std::make_pair(data.merges[i].substr(0, space), data.merges[i].substr(space + 1)),
-                  static_cast<int>(i));
-  }
-  std::vector<std::string> pieces;
-  for (char c : word) pieces.push_back(Gpt2Char(static_cast<uint8_t>(c)));
-  std::string whole;
-  for (const std::string& p : pieces) whole += p;
-  if (ignore_merges && ids.count(whole)) return {ids[whole]};
-  for (;;) {
-    int best = -1, best_rank = 0;
-    for (size_t i = 0; i + 1 < pieces.size(); ++i) {
-      const auto it = ranks.find({pieces[i], pieces[i + 1]});
-      if (it != ranks.end() && (best < 0 || it->second < best_rank)) {
-        best = static_cast<int>(i);
-        best_rank = it->second;
-      }
-    }
-    if (best < 0) break;
-    pieces[best] += pieces[best + 1];
-    pieces.erase(pieces.begin() + best + 1);
-  }
-  // A piece that is no token is spelled with the tokens of its single bytes.
-  Ids out;
-  for (const std::string& p : pieces) {
-    if (ids.count(p)) {
-      out.push_back(ids[p]);
-      continue;
-    }
-    for (char c : p) {
-      if (ids.count(std::string(1, c))) out.push_back(ids[std::string(1, c)]);
-    }
-  }
-  return out;
-}
 
 // --- SentencePiece on the shared models --------------------------------------
 
@@ -231,7 +113,7 @@ TEST_CASE("spm: stories260K on special cases matches the naive merge rule") {
   for (const std::string& text : texts) {
     CAPTURE(text);
     const Ids ids = tok->Encode(text, false);
-    CHECK(ids == NaiveSpm(data, text, true));
+    CHECK(ids == NaiveSpm(data).Encode(text, true));
     CHECK(tok->Decode(ids) == text);
     Ids with_bos = ids;
     with_bos.insert(with_bos.begin(), data.bos_id);
@@ -296,7 +178,7 @@ TEST_CASE("spm: stories260K on the TinyStories excerpt gives llama.cpp's chunk c
     begin = end + 1;
     if (line.empty()) continue;
     CAPTURE(line);
-    CHECK(tok->Encode(line, false) == NaiveSpm(data, line, true));
+    CHECK(tok->Encode(line, false) == NaiveSpm(data).Encode(line, true));
   }
 }
 
@@ -595,7 +477,7 @@ TEST_CASE("bpe: merges by rank, leftmost first; ignore_merges; fallbacks") {
     Ids naive;
     const PreTokenizerSpec spec = *PreTokenizerFor(pre);
     for (const std::string& word : PreTokenize(spec.kind, text)) {
-      for (int32_t id : NaiveBpeWord(v.data, word, spec.ignore_merges)) naive.push_back(id);
+      for (int32_t id : NaiveBpe(v.data).EncodeWord(word, spec.ignore_merges)) naive.push_back(id);
     }
     CHECK(ids == naive);
   }
@@ -626,6 +508,7 @@ TEST_CASE("tokenizer: unsupported models and bad data are input errors") {
 TEST_CASE("tokenizer: random text against the naive rules") {
   const TokenizerData data = LoadData("stories260K.gguf");
   const auto tok = Tokenizer::Create(data);
+  const NaiveSpm naive(data);
   std::mt19937 rng(1234);
   const std::vector<std::string> alphabet = {"a", "e", "t", "h", " ", " ", "\n", "o", "n", "s",
                                              "Lily", ".", ",", "1", "\xC3\xA9", "\xFF", "\t"};
@@ -635,7 +518,7 @@ TEST_CASE("tokenizer: random text against the naive rules") {
     for (int i = 0; i < n; ++i) text += alphabet[rng() % alphabet.size()];
     CAPTURE(text);
     const Ids ids = tok->Encode(text, false);
-    CHECK(ids == NaiveSpm(data, text, !text.empty()));
+    CHECK(ids == naive.Encode(text, !text.empty()));
     if (WellFormed(text)) CHECK(tok->Decode(ids) == text);
   }
 }
