@@ -1,0 +1,195 @@
+#!/bin/bash
+# Builds the libFuzzer targets with clang + ASan + UBSan in build-fuzz/ and
+# runs each for N seconds (default 60): the GGUF reader fuzzer always, the
+# tokenizer fuzzer once its source is written. Exits non-zero if a fuzzer
+# finds a crash, leak, timeout or sanitizer report; the reproducer is left in
+# build-fuzz/artifacts/.
+#
+#   scripts/fuzz.sh [SECONDS]
+#
+# Seeds: small valid GGUF files derived from $SPARROW_SHARED_DIR/models/*.gguf
+# (default ../shared next to the repository) and text snippets from
+# $SPARROW_SHARED_DIR/corpora. Corpora grow in build-fuzz/corpus/ across runs.
+set -euo pipefail
+
+SECONDS_PER_FUZZER="${1:-60}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SHARED="${SPARROW_SHARED_DIR:-$ROOT/../shared}"
+BUILD="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
+
+log() { echo "fuzz.sh: $*" >&2; }
+
+# clang and its libFuzzer/sanitizer runtimes (Debian: clang, libclang-rt-14-dev).
+have_toolchain() {
+  command -v clang++ >/dev/null 2>&1 &&
+    [ -f "$(clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)" -o \
+      -f "$(clang++ -print-file-name=libclang_rt.fuzzer-aarch64.a 2>/dev/null)" ]
+}
+if ! have_toolchain; then
+  log "installing clang and libclang-rt-14-dev"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { log "need root (or sudo) to apt-get install clang"; exit 1; }
+    SUDO=sudo
+  fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang libclang-rt-14-dev
+  have_toolchain || { log "clang's libFuzzer runtime is still missing"; exit 1; }
+fi
+
+SETUP_ARGS=(-Dfuzzers=true -Db_sanitize=address,undefined -Db_lundef=false
+            -Dbuildtype=debugoptimized
+            # Coverage instrumentation for every library the fuzzers link, and
+            # UBSan findings as hard failures.
+            "-Dcpp_args=-fsanitize=fuzzer-no-link -fno-sanitize-recover=all")
+RECONFIGURE=()
+[ -f "$BUILD/build.ninja" ] && RECONFIGURE=(--reconfigure)
+SETUP_LOG="$(mktemp)"
+if ! CXX=clang++ meson setup "${RECONFIGURE[@]}" "$BUILD" "$ROOT" "${SETUP_ARGS[@]}" \
+    >"$SETUP_LOG" 2>&1; then
+  tail -n 20 "$SETUP_LOG" >&2
+  log "meson setup failed"
+  exit 1
+fi
+rm -f "$SETUP_LOG"
+
+TARGETS=(tests/fuzz/gguf_fuzzer)
+if ! head -n 1 "$ROOT/tests/fuzz/tokenizer_fuzzer.cc" | grep -q "Placeholder"; then
+  TARGETS+=(tests/fuzz/tokenizer_fuzzer)
+else
+  log "tests/fuzz/tokenizer_fuzzer.cc is still a placeholder: skipping it"
+fi
+ninja -C "$BUILD" "${TARGETS[@]}"
+
+SEEDS="$BUILD/seeds"
+mkdir -p "$SEEDS/gguf" "$SEEDS/tokenizer" "$BUILD/corpus/gguf" "$BUILD/corpus/tokenizer" \
+         "$BUILD/artifacts"
+
+# Seeds for the GGUF fuzzer: each fixture shrunk to a few KiB (arrays cut to
+# 64 entries, tensors cut to one or two small rows) but still valid, plus a
+# gpt2-tokenizer and a version-2 variant, so mutations start from files that
+# reach the tensor and tokenizer checks.
+python3 - "$SEEDS/gguf" "$SHARED"/models/*.gguf <<'PY'
+import os, struct, sys
+out_dir, paths = sys.argv[1], sys.argv[2:]
+BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24),
+          8: (32, 34), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176),
+          14: (256, 210), 30: (1, 2)}
+FIXED = {0: 'B', 1: 'b', 2: 'H', 3: 'h', 4: 'I', 5: 'i', 6: 'f', 7: 'B', 10: 'Q', 11: 'q', 12: 'd'}
+KEEP = 64
+
+def parse(b):
+    p = 0
+    def rd(f):
+        nonlocal p
+        v = struct.unpack_from('<' + f, b, p)[0]; p += struct.calcsize(f); return v
+    def rs():
+        nonlocal p
+        n = rd('Q'); s = b[p:p + n]; p += n; return s
+    def rv(t):
+        if t == 8: return rs()
+        if t == 9:
+            et = rd('I'); n = rd('Q'); return (et, [rv(et) for _ in range(n)])
+        return rd(FIXED[t])
+    assert b[:4] == b'GGUF'
+    p = 4; version = rd('I'); nt = rd('Q'); nkv = rd('Q')
+    kvs = []
+    for _ in range(nkv):
+        k = rs(); t = rd('I'); kvs.append([k, t, rv(t)])
+    tensors = []
+    for _ in range(nt):
+        name = rs(); nd = rd('I'); dims = [rd('Q') for _ in range(nd)]; ty = rd('I'); rd('Q')
+        tensors.append((name, dims, ty))
+    return version, kvs, tensors
+
+def enc_value(t, v):
+    if t == 8: return struct.pack('<Q', len(v)) + v
+    if t == 9:
+        et, items = v
+        return struct.pack('<IQ', et, len(items)) + b''.join(enc_value(et, x) for x in items)
+    return struct.pack('<' + FIXED[t], v)
+
+def build(version, kvs, tensors):
+    out = b'GGUF' + struct.pack('<IQQ', version, len(tensors), len(kvs))
+    for k, t, v in kvs:
+        out += struct.pack('<Q', len(k)) + k + struct.pack('<I', t) + enc_value(t, v)
+    data = b''
+    infos = b''
+    for i, (name, dims, ty) in enumerate(tensors):
+        elems, size = BLOCKS[ty]
+        row = 32 if elems <= 32 else 256
+        dims = [row] + [2] * (len(dims) - 1)
+        n = 1
+        for d in dims: n *= d
+        nbytes = n // elems * size
+        data += b'\0' * ((-len(data)) % 32)
+        infos += struct.pack('<Q', len(name)) + name + struct.pack('<I', len(dims))
+        infos += b''.join(struct.pack('<Q', d) for d in dims) + struct.pack('<IQ', ty, len(data))
+        data += bytes((i * 31 + j * 7) & 0xff for j in range(nbytes))
+    out += infos
+    out += b'\0' * ((-len(out)) % 32)
+    return out + data
+
+def shrink(kvs):
+    res = []
+    for k, t, v in kvs:
+        if t == 9:
+            v = (v[0], v[1][:KEEP])
+        if k.endswith(b'_token_id') and t == 4 and v >= KEEP and v != 0xffffffff:
+            v = 0
+        res.append([k, t, v])
+    return res
+
+for path in paths:
+    base = os.path.splitext(os.path.basename(path))[0]
+    version, kvs, tensors = parse(open(path, 'rb').read())
+    kvs = shrink(kvs)
+    tensors = [t for t in tensors if t[2] in BLOCKS][:8]
+    variants = {'': (version, kvs)}
+    gpt2 = [kv for kv in kvs if kv[0] != b'tokenizer.ggml.model']
+    gpt2 += [[b'tokenizer.ggml.model', 8, b'gpt2'], [b'tokenizer.ggml.pre', 8, b'llama-bpe'],
+             [b'tokenizer.ggml.merges', 9, (8, [b'a b', b'\xc4\xa0 t', b'ab c'])]]
+    variants['_gpt2'] = (version, gpt2)
+    variants['_v2'] = (2, kvs)
+    for suffix, (ver, kv) in variants.items():
+        with open(os.path.join(out_dir, base + suffix + '.gguf'), 'wb') as f:
+            f.write(build(ver, kv, tensors))
+PY
+
+# Seeds for the tokenizer fuzzer: short slices of the text corpora.
+python3 - "$SEEDS/tokenizer" "$SHARED"/corpora/*.txt <<'PY'
+import os, sys
+out_dir, paths = sys.argv[1], sys.argv[2:]
+for path in paths:
+    data = open(path, 'rb').read(1 << 16)
+    base = os.path.splitext(os.path.basename(path))[0]
+    pos, i = 0, 0
+    while pos < len(data) and i < 48:
+        size = 32 + (i * 97) % 480
+        with open(os.path.join(out_dir, '%s_%02d.txt' % (base, i)), 'wb') as f:
+            f.write(data[pos:pos + size])
+        pos += size * 3
+        i += 1
+PY
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=0}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+
+status=0
+run() {
+  local name="$1" max_len="$2"
+  log "running $name for ${SECONDS_PER_FUZZER}s"
+  if ! "$BUILD/tests/fuzz/$name" -max_total_time="$SECONDS_PER_FUZZER" -max_len="$max_len" \
+      -timeout=20 -rss_limit_mb=2560 -print_final_stats=1 \
+      -artifact_prefix="$BUILD/artifacts/$name-" \
+      "$BUILD/corpus/${name%_fuzzer}" "$SEEDS/${name%_fuzzer}"; then
+    log "$name FAILED: see the reproducer in $BUILD/artifacts/"
+    status=1
+  fi
+}
+run gguf_fuzzer 65536
+if [[ " ${TARGETS[*]} " == *" tests/fuzz/tokenizer_fuzzer "* ]]; then
+  run tokenizer_fuzzer 4096
+fi
+if [ "$status" = 0 ]; then log "no crashes"; fi
+exit "$status"
