@@ -180,7 +180,7 @@ TEST_CASE("policies reject misuse") {
   for (EvictionKind kind : {EvictionKind::kWindow, EvictionKind::kLru, EvictionKind::kLfu}) {
     auto policy = MakeEvictionPolicy(kind, 4, 2);
     CHECK(policy->memory_bytes() == EvictionPolicyMemoryBytes(kind, 4));
-    CHECK(policy->memory_bytes() == 4 * 24);
+    CHECK(policy->memory_bytes() == 4 * 40);
     policy->BeginToken(3);
     CHECK_THROWS_AS(policy->BeginToken(3), std::logic_error);
     CHECK_THROWS_AS(policy->BeginToken(2), std::logic_error);

@@ -8,19 +8,23 @@
 namespace sparrow {
 namespace {
 
-// What the policies remember of one unit. One record per unit keeps a
-// victim comparison to a single cache line.
+// What the policies remember of one unit, in one record so that a use
+// touches one cache line.
 struct Usage {
   uint64_t last_token_plus1 = 0;  // 0: never used
   uint64_t last_tick = 0;         // use clock at the last OnUse; 0: never
   uint64_t tokens_used = 0;       // distinct tokens that used the unit
 };
-static_assert(sizeof(Usage) == 24, "documented as 24 bytes per unit");
+// Victim order as one number, smallest first (see KeyOf).
+using VictimKey = unsigned __int128;
+static_assert(sizeof(Usage) + sizeof(VictimKey) == 40, "documented as 40 bytes per unit");
 
 class UsagePolicy : public EvictionPolicy {
  public:
   UsagePolicy(EvictionKind kind, uint32_t n_units, uint32_t window_tokens)
-      : kind_(kind), window_(window_tokens), usage_(n_units) {}
+      : kind_(kind), window_(window_tokens), usage_(n_units) {
+    keys_.reserve(n_units);  // candidates are distinct units: never more
+  }
 
   void BeginToken(uint64_t token) override {
     if (begun_ && token <= token_) {
@@ -56,29 +60,24 @@ class UsagePolicy : public EvictionPolicy {
 
   void ChooseVictims(const std::vector<uint32_t>& candidates, size_t count,
                      std::vector<uint32_t>* out) override {
-    out->clear();
-    out->reserve(candidates.size());
-    for (const uint32_t unit : candidates) out->push_back(Check(unit));
-    count = std::min(count, out->size());
-    if (kind_ == EvictionKind::kLfu) {
-      SelectSmallest(out, count, [this](uint32_t a, uint32_t b) {
-        const Usage& x = usage_[a];
-        const Usage& y = usage_[b];
-        if (x.tokens_used != y.tokens_used) return x.tokens_used < y.tokens_used;
-        if (x.last_tick != y.last_tick) return x.last_tick < y.last_tick;
-        return a < b;
-      });
-    } else {
-      SelectSmallest(out, count, [this](uint32_t a, uint32_t b) {
-        const uint64_t x = usage_[a].last_tick;
-        const uint64_t y = usage_[b].last_tick;
-        return x != y ? x < y : a < b;
-      });
+    // Select on packed keys in one contiguous array: the comparisons then
+    // stream through memory instead of chasing two usage records each.
+    keys_.clear();
+    for (const uint32_t unit : candidates) keys_.push_back(KeyOf(Check(unit)));
+    count = std::min(count, keys_.size());
+    if (count < keys_.size()) {
+      std::nth_element(keys_.begin(), keys_.begin() + static_cast<ptrdiff_t>(count), keys_.end());
+      keys_.resize(count);
     }
+    std::sort(keys_.begin(), keys_.end());
+    out->clear();
+    for (const Key key : keys_) out->push_back(static_cast<uint32_t>(key));
   }
 
   EvictionKind kind() const override { return kind_; }
-  uint64_t memory_bytes() const override { return usage_.size() * sizeof(Usage); }
+  uint64_t memory_bytes() const override {
+    return EvictionPolicyMemoryBytes(kind_, static_cast<uint32_t>(usage_.size()));
+  }
 
  private:
   uint32_t Check(uint32_t unit) const {
@@ -89,15 +88,18 @@ class UsagePolicy : public EvictionPolicy {
     return unit;
   }
 
-  // Leaves the `count` smallest of *units, sorted, in *units.
-  template <typename Less>
-  static void SelectSmallest(std::vector<uint32_t>* units, size_t count, Less less) {
-    if (count < units->size()) {
-      std::nth_element(units->begin(), units->begin() + static_cast<ptrdiff_t>(count),
-                       units->end(), less);
-      units->resize(count);
+  // Victim order as one number, smallest first: [frequency (lfu only,
+  // saturated to 32 bits) | last use tick | unit]. Ticks are unique among
+  // used units; never-used units have tick 0 and fall back to unit order.
+  using Key = VictimKey;
+  Key KeyOf(uint32_t unit) const {
+    const Usage& usage = usage_[unit];
+    Key key = (Key{usage.last_tick} << 32) | unit;
+    if (kind_ == EvictionKind::kLfu) {
+      const uint64_t frequency = std::min<uint64_t>(usage.tokens_used, UINT32_MAX);
+      key |= Key{frequency} << 96;
     }
-    std::sort(units->begin(), units->end(), less);
+    return key;
   }
 
   EvictionKind kind_;
@@ -106,6 +108,7 @@ class UsagePolicy : public EvictionPolicy {
   uint64_t token_ = 0;
   bool begun_ = false;
   uint64_t clock_ = 0;
+  std::vector<Key> keys_;  // ChooseVictims scratch
 };
 
 }  // namespace
@@ -132,7 +135,7 @@ std::unique_ptr<EvictionPolicy> MakeEvictionPolicy(EvictionKind kind, uint32_t n
 }
 
 uint64_t EvictionPolicyMemoryBytes(EvictionKind /*kind*/, uint32_t n_units) {
-  return uint64_t{n_units} * sizeof(Usage);
+  return uint64_t{n_units} * (sizeof(Usage) + sizeof(VictimKey));
 }
 
 }  // namespace sparrow

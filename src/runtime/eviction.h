@@ -31,9 +31,12 @@
 //   current token needs is never dropped just to be read again.
 //
 // Costs, n = units passed in, c = count asked for: BeginToken, OnUse,
-// OnRemove O(1); Expired O(n); ChooseVictims O(n + c log c) (selection,
-// then sorting only the victims). Memory: 24 bytes per unit of the group
-// (EvictionPolicyMemoryBytes), allocated when the policy is made.
+// OnRemove O(1); Expired O(n); ChooseVictims O(n + c log c) (packs each
+// candidate's order into one 16-byte key, selects the c smallest with
+// nth_element, then sorts only those). Memory: 40 bytes per unit of the
+// group (usage record + selection scratch, EvictionPolicyMemoryBytes), all
+// allocated when the policy is made. A unit's frequency saturates at 2^32-1
+// tokens in the victim order.
 #pragma once
 
 #include <cstdint>
