@@ -450,6 +450,32 @@ gguf::GgufFile Bundle::LoadResident() const {
   return gguf::GgufFile::FromBytes(std::move(bytes), path_ + " (resident section)");
 }
 
+void Bundle::VerifyAll(const std::function<void(uint64_t, uint64_t)>& progress) const {
+  uint64_t total = resident_bytes_, done = 0;
+  for (const UnitGroup& g : groups_) total += g.section_bytes();
+  LoadResident();
+  done += resident_bytes_;
+  if (progress) progress(done, total);
+  const FileHandle file(path_);
+  std::vector<uint8_t> buffer;
+  for (const UnitGroup& g : groups_) {
+    std::vector<uint32_t> unit_of_slot(g.n_units);
+    for (uint32_t u = 0; u < g.n_units; ++u) unit_of_slot[g.slot_of_unit[u]] = u;
+    const uint32_t per_read = std::max<uint32_t>(1, (8u << 20) / g.record_bytes);
+    buffer.resize(size_t{per_read} * g.record_bytes);
+    for (uint32_t slot = 0; slot < g.n_units; slot += per_read) {
+      const uint32_t n = std::min(per_read, g.n_units - slot);
+      file.ReadAt(buffer.data(), uint64_t{n} * g.record_bytes,
+                  g.offset + uint64_t{slot} * g.record_bytes, "records");
+      for (uint32_t i = 0; i < n; ++i) {
+        VerifyRecord(g, unit_of_slot[slot + i], buffer.data() + size_t{i} * g.record_bytes);
+      }
+      done += uint64_t{n} * g.record_bytes;
+      if (progress) progress(done, total);
+    }
+  }
+}
+
 void Bundle::VerifyRecord(const UnitGroup& group, uint32_t unit, const uint8_t* record) const {
   if (RecordCrcMatches(group, record)) return;
   ThrowInputError(path_, ": record checksum mismatch in layer ", group.layer, " ",

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -157,6 +158,11 @@ class Bundle {
   // The returned file owns its bytes; tensor data pointers stay valid while
   // it lives.
   gguf::GgufFile LoadResident() const;
+
+  // Reads the whole file and checks every checksum (resident section, every
+  // record), e.g. for `sparrow info --verify`; the first mismatch is thrown
+  // as LoadResident/VerifyRecord would. progress(done, total) counts bytes.
+  void VerifyAll(const std::function<void(uint64_t, uint64_t)>& progress = nullptr) const;
 
   // Checks the CRC32C at the end of a record just read (record_bytes bytes
   // at `record`); InputError naming the file, layer, kind, unit and file

@@ -442,6 +442,14 @@ TEST_CASE("one flipped byte is caught: header at open, resident at load, records
         fine.VerifyRecord(g, unit + 1, bytes.data() + g.UnitOffset(unit + 1));
       }
     }
+    // VerifyAll reads everything and finds a damaged record on disk.
+    Bundle::Open(path).VerifyAll();
+    {
+      const UnitGroup& g = b.groups().back();
+      const FlippedByte flip(path, g.UnitOffset(3) + 1);
+      const std::string msg = ErrorOf([&] { Bundle::Open(path).VerifyAll(); });
+      CHECK(Contains(msg, StrCat("layer ", g.layer, " ", bundle::RecordKindName(g.kind), " unit 3 ")));
+    }
     CHECK(ReadAll(path) == original);
     Bundle::Open(path).LoadResident();
     ::unlink(path.c_str());
