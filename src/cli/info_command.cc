@@ -3,8 +3,10 @@
 #include <cinttypes>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "base/error.h"
+#include "formats/bundle.h"
 #include "formats/gguf.h"
 #include "simd/targets.h"
 #include "sparrow_config.h"
@@ -43,19 +45,59 @@ std::string ValueSummary(const gguf::Value& v) {
   return "?";
 }
 
+// A bundle's layout, record geometry and sections.
+void PrintBundle(const bundle::Bundle& b, bool verify) {
+  std::printf("file: %s (Sparrow bundle v%u, %s)\n", b.path().c_str(), bundle::kVersion,
+              FormatBytes(b.file_size()).c_str());
+  const std::string source = b.header().GetString(bundle::keys::kSource).value_or("?");
+  std::printf("bundle: %s layout, %s records, converted from %s\n",
+              std::string(bundle::LayoutName(b.layout())).c_str(),
+              std::string(TensorTypeName(b.record_type())).c_str(), source.c_str());
+  std::printf("  %-22s offset %12u  %12s\n", "header", 0u, FormatBytes(b.header_bytes()).c_str());
+  std::printf("  %-22s offset %12" PRIu64 "  %12s  crc32c 0x%08x\n", "resident section",
+              b.resident_offset(), FormatBytes(b.resident_bytes()).c_str(), b.resident_crc());
+  for (bundle::RecordKind kind : bundle::LayoutKinds(b.layout())) {
+    const bundle::UnitGroup& g = *b.FindGroup(0, kind);
+    std::printf("  %-22s offset %12" PRIu64 "  %12s  %u layers x %u records of %u bytes "
+                "(%u x %u %s + crc32c)\n",
+                StrCat(bundle::RecordKindName(kind), " records").c_str(), g.offset,
+                FormatBytes(g.section_bytes() * b.n_layers()).c_str(), b.n_layers(), g.n_units,
+                g.record_bytes, g.parts, g.part_padded_elems,
+                std::string(TensorTypeName(b.record_type())).c_str());
+  }
+  if (verify) {
+    ProgressBar bar("verify");
+    b.VerifyAll([&](uint64_t done, uint64_t total) { bar.Update(done, total); });
+  }
+  if (verify) std::printf("  every checksum verified\n");
+}
+
 }  // namespace
 
 int InfoCommand(int argc, char** argv) {
   cxxopts::Options options("sparrow info", "Show a model's metadata and tensors, and the SIMD target in use.");
   options.add_options()
-      ("m,model", "Model file (GGUF)", cxxopts::value<std::string>())
-      ("tensors", "List every tensor (default: a summary by type)");
+      ("m,model", "Model file (GGUF or Sparrow bundle)", cxxopts::value<std::string>())
+      ("tensors", "List every tensor (default: a summary by type; a bundle's resident "
+       "tensors are read only with this flag)")
+      ("verify", "For a bundle: read it all and check every checksum");
   cxxopts::ParseResult args;
   if (!Parse(options, argc, argv, &args)) return 0;
 
-  const gguf::GgufFile file = gguf::GgufFile::Open(Require(args, "model"));
-  std::printf("file: %s (GGUF v%u, %s, alignment %" PRIu64 ")\n", file.name().c_str(),
-              file.version(), FormatBytes(file.file_size()).c_str(), file.alignment());
+  const std::string path = Require(args, "model");
+  std::optional<bundle::Bundle> bndl;
+  std::optional<gguf::GgufFile> with_tensors;  // the GGUF, or a bundle's resident section
+  if (bundle::Bundle::LooksLikeBundle(path)) {
+    bndl = bundle::Bundle::Open(path);
+    PrintBundle(*bndl, args.count("verify") > 0);
+    if (args.count("tensors")) with_tensors = bndl->LoadResident();
+  } else {
+    with_tensors = gguf::GgufFile::Open(path);
+    std::printf("file: %s (GGUF v%u, %s, alignment %" PRIu64 ")\n", with_tensors->name().c_str(),
+                with_tensors->version(), FormatBytes(with_tensors->file_size()).c_str(),
+                with_tensors->alignment());
+  }
+  const gguf::GgufFile& file = bndl ? bndl->header() : *with_tensors;
   std::printf("\nmetadata (%zu keys):\n", file.metadata().size());
   for (const gguf::KeyValue& kv : file.metadata()) {
     std::printf("  %-45s %-8s %s\n", kv.key.c_str(),
@@ -65,21 +107,25 @@ int InfoCommand(int argc, char** argv) {
 
   std::map<std::string, std::pair<uint64_t, uint64_t>> by_type;  // count, bytes
   uint64_t params = 0, bytes = 0;
-  for (const gguf::TensorInfo& t : file.tensors()) {
+  const std::vector<gguf::TensorInfo> no_tensors;
+  const std::vector<gguf::TensorInfo>& tensors = with_tensors ? with_tensors->tensors() : no_tensors;
+  for (const gguf::TensorInfo& t : tensors) {
     auto& entry = by_type[std::string(TensorTypeName(t.type))];
     ++entry.first;
     entry.second += t.n_bytes;
     params += t.n_elements;
     bytes += t.n_bytes;
   }
-  std::printf("\ntensors: %zu, %" PRIu64 " parameters, %s\n", file.tensors().size(), params,
-              FormatBytes(bytes).c_str());
+  if (with_tensors) {
+    std::printf("\n%s: %zu, %" PRIu64 " parameters, %s\n", bndl ? "resident tensors" : "tensors",
+                tensors.size(), params, FormatBytes(bytes).c_str());
+  }
   for (const auto& [type, entry] : by_type) {
     std::printf("  %-8s %6" PRIu64 " tensors %12s\n", type.c_str(), entry.first,
                 FormatBytes(entry.second).c_str());
   }
   if (args.count("tensors")) {
-    for (const gguf::TensorInfo& t : file.tensors()) {
+    for (const gguf::TensorInfo& t : tensors) {
       std::string shape;
       for (size_t i = 0; i < t.dims.size(); ++i) shape += (i ? " x " : "") + std::to_string(t.dims[i]);
       std::printf("  %-40s %-7s %-20s %12s\n", t.name.c_str(),
