@@ -1,1 +1,302 @@
-// Placeholder: being written.
+// GEMV micro-benchmark: weight bandwidth of simd::Gemv per type and shape,
+// with 1 and 2 threads, as GB/s of weight bytes streamed and as a percentage
+// of a stream-read probe (stream_probe.h) run in the same process right
+// before each measurement with the same thread count.
+//
+// Decoding reads every weight once per token, so the figure that matters is
+// bytes per second from DRAM. Each repetition multiplies a different copy of
+// the matrix, the copies together being several times the last-level cache,
+// so the weights never come from cache. A repetition is the whole product:
+// GemvInput::Prepare plus Gemv over all rows through ParallelFor, as in
+// ops::MatVec.
+//
+//   gemv_bench [--types q4_0,q8_0,f16] [--shapes 4096x11008] [--threads 1,2]
+//              [--reps 21] [--rotate-mib 512] [--probe-mib 1024]
+//              [--quantize-speed]
+//
+// Shapes are COLSxROWS, ggml's order (ne0 x ne1): 4096x11008 is 11008 rows
+// of 4096 elements (a 7B model's FFN up/gate projection), 11008x4096 its
+// transpose (the down projection).
+
+#include <cxxopts.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/error.h"
+#include "base/timer.h"
+#include "benchmarks/stream_probe.h"
+#include "formats/tensor_type.h"
+#include "simd/gemv.h"
+#include "simd/quantize.h"
+#include "simd/targets.h"
+#include "src/threads.h"
+
+namespace sparrow::bench {
+namespace {
+
+struct Shape {
+  size_t cols, rows;
+};
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, sep)) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+Shape ParseShape(const std::string& s) {
+  const size_t x = s.find('x');
+  char* end = nullptr;
+  Shape shape{};
+  if (x != std::string::npos) {
+    shape.cols = std::strtoull(s.c_str(), &end, 10);
+    const bool cols_ok = end == s.c_str() + x;
+    shape.rows = std::strtoull(s.c_str() + x + 1, &end, 10);
+    if (cols_ok && *end == '\0' && shape.cols > 0 && shape.rows > 0) return shape;
+  }
+  ThrowInputError("bad shape '", s, "' (want COLSxROWS, e.g. 4096x11008)");
+}
+
+std::string LoadAverage() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  if (!(f >> a >> b >> c)) return "unknown";
+  return a + " " + b + " " + c;
+}
+
+// `copies` identical matrices in one allocation, so each repetition can read
+// one that is not in cache. Rows cycle through a few distinct quantized
+// random rows (the kernels' speed does not depend on the values; quantizing
+// every row of every matrix would take longer than the benchmark).
+struct Matrices {
+  AlignedBuffer<uint8_t> data;
+  size_t row_bytes = 0, matrix_bytes = 0, copies = 0;
+  const uint8_t* copy(size_t i) const { return data.data() + (i % copies) * matrix_bytes; }
+};
+
+Matrices MakeMatrices(TensorType type, Shape shape, size_t rotate_bytes,
+                      std::mt19937& rng) {
+  Matrices m;
+  uint64_t row_bytes = 0;
+  if (!TensorTypeBytes(type, shape.cols, &row_bytes)) {
+    ThrowInputError(shape.cols, " columns are not a whole number of ",
+                    TensorTypeName(type), " blocks");
+  }
+  m.row_bytes = row_bytes;
+  m.matrix_bytes = m.row_bytes * shape.rows;
+  m.copies = std::max<size_t>(2, (rotate_bytes + m.matrix_bytes - 1) / m.matrix_bytes);
+  m.data.Reset(m.copies * m.matrix_bytes, 4096);
+  constexpr size_t kDistinct = 61;
+  std::vector<uint8_t> rows(kDistinct * m.row_bytes);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> values(shape.cols);
+  for (size_t r = 0; r < kDistinct; ++r) {
+    for (float& v : values) v = normal(rng);
+    simd::QuantizeRow(type, values.data(), shape.cols, rows.data() + r * m.row_bytes);
+  }
+  for (size_t r = 0; r < shape.rows; ++r) {
+    std::memcpy(m.data.data() + r * m.row_bytes,
+                rows.data() + (r % kDistinct) * m.row_bytes, m.row_bytes);
+  }
+  for (size_t c = 1; c < m.copies; ++c) {
+    std::memcpy(m.data.data() + c * m.matrix_bytes, m.data.data(), m.matrix_bytes);
+  }
+  return m;
+}
+
+// One full product, as ops::MatVec does it.
+void Product(TensorType type, const uint8_t* w, size_t row_bytes, Shape shape,
+             const float* x, simd::GemvInput& input, float* y) {
+  input.Prepare(type, x, shape.cols);
+  const simd::GemvInput* prepared = &input;
+  ParallelFor(shape.rows, 4, [&](size_t begin, size_t end, int) {
+    simd::Gemv(type, w, row_bytes, shape.cols, *prepared, begin, end, y);
+  });
+}
+
+// Guards against timing a broken kernel: the first rows must agree with the
+// scalar reference to 1e-4 of sum |w_i x_i| (the tests hold the kernels to a
+// much tighter, derived bound).
+void CheckAgainstReference(TensorType type, const Matrices& m, Shape shape,
+                           const std::vector<float>& x, const std::vector<float>& y) {
+  const size_t rows = std::min<size_t>(8, shape.rows);
+  std::vector<float> ref(rows), w(shape.cols);
+  simd::GemvReference(type, m.copy(0), m.row_bytes, shape.cols, x.data(), 0, rows,
+                      ref.data());
+  for (size_t r = 0; r < rows; ++r) {
+    simd::DequantizeRowReference(type, m.copy(0) + r * m.row_bytes, shape.cols, w.data());
+    double magnitude = 0;
+    for (size_t i = 0; i < shape.cols; ++i) magnitude += std::fabs(double(w[i]) * x[i]);
+    if (!(std::fabs(double(y[r]) - ref[r]) <= 1e-4 * magnitude)) {
+      std::fprintf(stderr, "gemv_bench: %s row %zu: got %g, reference %g\n",
+                   std::string(TensorTypeName(type)).c_str(), r, y[r], ref[r]);
+      std::exit(1);
+    }
+  }
+}
+
+struct Row {
+  std::string type;
+  Shape shape;
+  int threads;
+  double mb, ms, gbs, best_gbs, probe_gbs;
+};
+
+// QuantizeRow throughput (it writes synthetic models, so its speed decides
+// how long `sparrow synth` takes for a big model): ns per element.
+void PrintQuantizeSpeed(const std::vector<TensorType>& types) {
+  constexpr size_t kCols = 4096, kRows = 64;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> values(kCols * kRows);
+  for (float& v : values) v = normal(rng);
+  std::printf("\n| type | QuantizeRow ns/element | DequantizeRow ns/element |\n|---|---:|---:|\n");
+  for (TensorType type : types) {
+    uint64_t row_bytes = 0;
+    if (!TensorTypeBytes(type, kCols, &row_bytes)) continue;
+    std::vector<uint8_t> out(row_bytes * kRows);
+    std::vector<float> back(kCols);
+    const double t0 = NowSeconds();
+    for (size_t r = 0; r < kRows; ++r) {
+      simd::QuantizeRow(type, values.data() + r * kCols, kCols, out.data() + r * row_bytes);
+    }
+    const double t1 = NowSeconds();
+    for (int rep = 0; rep < 8; ++rep) {
+      for (size_t r = 0; r < kRows; ++r) {
+        simd::DequantizeRow(type, out.data() + r * row_bytes, kCols, back.data());
+      }
+    }
+    const double t2 = NowSeconds();
+    const double elems = static_cast<double>(kCols * kRows);
+    std::printf("| %s | %.2f | %.3f |\n", std::string(TensorTypeName(type)).c_str(),
+                (t1 - t0) * 1e9 / elems, (t2 - t1) * 1e9 / (8 * elems));
+  }
+}
+
+int Main(int argc, char** argv) {
+  cxxopts::Options options("gemv_bench",
+                           "GEMV weight bandwidth per type and shape, and as a "
+                           "percentage of a stream-read probe.");
+  options.add_options()
+      ("types", "Weight types", cxxopts::value<std::string>()->default_value(
+          "f32,f16,bf16,q8_0,q4_0,q4_K,q6_K"))
+      ("shapes", "Shapes COLSxROWS (ggml order)", cxxopts::value<std::string>()->default_value(
+          "4096x4096,4096x11008,11008x4096,2048x5632"))
+      ("threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))
+      ("reps", "Timed repetitions per case (median reported)",
+       cxxopts::value<int>()->default_value("21"))
+      ("rotate-mib", "Total size of the matrix copies that repetitions rotate through",
+       cxxopts::value<size_t>()->default_value("512"))
+      ("probe-mib", "Stream probe buffer size", cxxopts::value<size_t>()->default_value("1024"))
+      ("probe-reps", "Stream probe repetitions", cxxopts::value<int>()->default_value("5"))
+      ("quantize-speed", "Also time QuantizeRow/DequantizeRow per type",
+       cxxopts::value<bool>()->default_value("false"))
+      ("h,help", "Show this help");
+  const auto opts = options.parse(argc, argv);
+  if (opts.count("help")) {
+    std::cout << options.help() << "\n";
+    return 0;
+  }
+  std::vector<TensorType> types;
+  for (const std::string& name : Split(opts["types"].as<std::string>(), ',')) {
+    const auto t = ParseTensorType(name);
+    if (!t || !simd::GemvSupports(*t)) ThrowInputError("no GEMV kernel for type '", name, "'");
+    types.push_back(*t);
+  }
+  std::vector<Shape> shapes;
+  for (const std::string& s : Split(opts["shapes"].as<std::string>(), ',')) {
+    shapes.push_back(ParseShape(s));
+  }
+  std::vector<int> thread_counts;
+  for (const std::string& s : Split(opts["threads"].as<std::string>(), ',')) {
+    const int t = std::atoi(s.c_str());
+    if (t <= 0) ThrowInputError("bad thread count '", s, "'");
+    thread_counts.push_back(t);
+  }
+  const int reps = std::max(1, opts["reps"].as<int>());
+  const size_t rotate_bytes = opts["rotate-mib"].as<size_t>() << 20;
+  const size_t probe_bytes = opts["probe-mib"].as<size_t>() << 20;
+  const int probe_reps = opts["probe-reps"].as<int>();
+
+  std::printf("SIMD target: %s (cpu: %s)\n", simd::CurrentTargetName().c_str(),
+              simd::CpuFeatures().c_str());
+  std::printf("load average at start: %s\n", LoadAverage().c_str());
+  std::printf("median of %d repetitions; weights rotate through >= %zu MiB of "
+              "copies; probe: %zu MiB, median of %d\n\n",
+              reps, rotate_bytes >> 20, probe_bytes >> 20, probe_reps);
+
+  std::mt19937 rng(42);
+  std::vector<Row> table;
+  for (TensorType type : types) {
+    for (Shape shape : shapes) {
+      const Matrices m = MakeMatrices(type, shape, rotate_bytes, rng);
+      std::vector<float> x(shape.cols), y(shape.rows);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& v : x) v = normal(rng);
+      simd::GemvInput input;
+      for (int threads : thread_counts) {
+        SetThreadCount(threads);
+        const StreamResult probe = MeasureStreamRead(probe_bytes, probe_reps);
+        Product(type, m.copy(0), m.row_bytes, shape, x.data(), input, y.data());
+        CheckAgainstReference(type, m, shape, x, y);
+        std::vector<double> seconds;
+        for (int r = 0; r < reps; ++r) {
+          const uint8_t* w = m.copy(static_cast<size_t>(r) + 1);
+          const double start = NowSeconds();
+          Product(type, w, m.row_bytes, shape, x.data(), input, y.data());
+          seconds.push_back(NowSeconds() - start);
+        }
+        std::sort(seconds.begin(), seconds.end());
+        const double median = seconds[seconds.size() / 2];
+        const double bytes = static_cast<double>(m.matrix_bytes);
+        Row row{std::string(TensorTypeName(type)), shape, threads, bytes / 1e6,
+                median * 1e3, bytes / median / 1e9, bytes / seconds.front() / 1e9,
+                probe.gb_per_s};
+        std::fprintf(stderr, "%-5s %5zux%-5zu t=%d: %6.2f GB/s (probe %.2f, %.0f%%)\n",
+                     row.type.c_str(), shape.cols, shape.rows, threads, row.gbs,
+                     row.probe_gbs, 100 * row.gbs / row.probe_gbs);
+        table.push_back(row);
+      }
+    }
+  }
+
+  std::printf("| type | shape (cols x rows) | threads | weights MB | median ms | GB/s | best GB/s | probe GB/s | %% of probe |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Row& r : table) {
+    std::printf("| %s | %zux%zu | %d | %.1f | %.3f | %.2f | %.2f | %.2f | %.0f%% |\n",
+                r.type.c_str(), r.shape.cols, r.shape.rows, r.threads, r.mb, r.ms,
+                r.gbs, r.best_gbs, r.probe_gbs, 100 * r.gbs / r.probe_gbs);
+  }
+  if (opts["quantize-speed"].as<bool>()) PrintQuantizeSpeed(types);
+  std::printf("\nload average at end: %s\n", LoadAverage().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace sparrow::bench
+
+int main(int argc, char** argv) {
+  try {
+    return sparrow::bench::Main(argc, argv);
+  } catch (const sparrow::InputError& e) {
+    std::fprintf(stderr, "gemv_bench: %s\n", e.what());
+    return 2;
+  } catch (const cxxopts::exceptions::exception& e) {
+    std::fprintf(stderr, "gemv_bench: %s\n", e.what());
+    return 2;
+  }
+}

@@ -68,7 +68,18 @@ HWY_INLINE float ReduceSum(D d, hn::Vec<D> v) {
 // per-block scale and exact integer sums; with `group_sums`, also per group
 // of 16 (Q6_K). Round to nearest even; the block's largest magnitude maps to
 // +-32767, so |x - q * scale| <= scale / 2 = max|x_block| / 65534.
+//
+// Layouts of q: natural order, or with `pair_layout` (Q4_0) each pair of
+// blocks (A, B) stored as A[0..15] B[0..15] A[16..31] B[16..31], so that one
+// 32-lane vector holds the activations of two blocks' low nibbles and the
+// next one those of their high nibbles (Q4_0Rows). A missing B (odd block
+// count) is left to the caller to zero.
+HWY_INLINE size_t PairLayoutIndex(size_t block, size_t i) {
+  return (block & ~size_t{1}) * 32 + (i / 16) * 32 + (block & 1) * 16 + i % 16;
+}
+
 HWY_INLINE void QuantizeActivationsImpl(const float* HWY_RESTRICT x, size_t n,
+                                        bool pair_layout,
                                         int16_t* HWY_RESTRICT q,
                                         float* HWY_RESTRICT scales,
                                         float* HWY_RESTRICT sums,
@@ -91,7 +102,7 @@ HWY_INLINE void QuantizeActivationsImpl(const float* HWY_RESTRICT x, size_t n,
     if (!std::isfinite(amax)) {
       scales[b] = std::numeric_limits<float>::quiet_NaN();
       sums[b] = 0.0f;
-      std::memset(q + 32 * b, 0, 32 * sizeof(int16_t));
+      for (size_t i = 0; i < 32; ++i) q[pair_layout ? PairLayoutIndex(b, i) : 32 * b + i] = 0;
       if (group_sums != nullptr) {
         group_sums[2 * b] = group_sums[2 * b + 1] = 0.0f;
         group_scales[2 * b] = group_scales[2 * b + 1] = scales[b];
@@ -104,7 +115,9 @@ HWY_INLINE void QuantizeActivationsImpl(const float* HWY_RESTRICT x, size_t n,
     int32_t half_sums[2] = {0, 0};
     for (size_t s = 0; s < 32; s += N) {
       const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + s), vinv));
-      hn::StoreU(hn::DemoteTo(di16, qi), di16, q + 32 * b + s);
+      // s..s+N stays inside one half of the block (N <= 16).
+      hn::StoreU(hn::DemoteTo(di16, qi), di16,
+                 q + (pair_layout ? PairLayoutIndex(b, s) : 32 * b + s));
       half_sums[s / 16] += hn::GetLane(hn::SumOfLanes(di32, qi));
     }
     sums[b] = static_cast<float>(half_sums[0] + half_sums[1]);
@@ -182,20 +195,25 @@ HWY_INLINE void FloatRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
 
 // ------------------------------------------------------------ Q8_0 / Q4_0
 
-// Tags for the integer part: at most 16 int16 lanes (see the top comment).
-struct IntTags {
-  hn::CappedTag<int16_t, 16> d16;
-  hn::RebindToUnsigned<hn::CappedTag<int16_t, 16>> du16;
-  hn::Rebind<uint8_t, hn::CappedTag<int16_t, 16>> du8;
-  hn::Rebind<int8_t, hn::CappedTag<int16_t, 16>> di8;
-  hn::RepartitionToWide<hn::CappedTag<int16_t, 16>> d32;
-  hn::Rebind<float, hn::RepartitionToWide<hn::CappedTag<int16_t, 16>>> df;
+// Tags for the integer work: up to 32 int16 lanes (512 bits), which hold a
+// whole Q8_0 block, the low (or high) nibbles of two Q4_0 blocks, a Q4_K
+// sub-block or two Q6_K groups.
+struct Int32Tags {
+  hn::CappedTag<int16_t, 32> d16;
+  hn::RebindToUnsigned<hn::CappedTag<int16_t, 32>> du16;
+  hn::Rebind<uint8_t, hn::CappedTag<int16_t, 32>> du8;
+  hn::Rebind<int8_t, hn::CappedTag<int16_t, 32>> di8;
+  hn::RepartitionToWide<hn::CappedTag<int16_t, 32>> d32;
+  hn::Rebind<float, hn::RepartitionToWide<hn::CappedTag<int16_t, 32>>> df;
 };
 
-// For `count` blocks of `block_bytes` starting at `blocks`, each starting
-// with its f16 scale: sw[b] = weight scale * activation scale sx[b], and
-// adds sw[b] * sums[b] to `offset` (the kernels' per-block offset terms).
-// sw has room for count + kGemvPad floats; sx and sums are padded.
+// Largest number of f32 lanes of any vector on this target.
+inline constexpr size_t kMaxFloatLanes = HWY_MAX_BYTES / sizeof(float);
+
+// For `count` (<= Lanes(df)) blocks of `block_bytes` starting at `blocks`,
+// each starting with its f16 scale: sw[b] = weight scale * activation scale
+// sx[b] (zero for b >= count, up to Lanes(df)), and adds sw[b] * sums[b] to
+// `offset` (the kernels' per-block offset terms). sx and sums are padded.
 template <class DF>
 HWY_INLINE void BlockScales(DF df, const uint8_t* HWY_RESTRICT blocks,
                             size_t block_bytes, size_t count,
@@ -206,90 +224,161 @@ HWY_INLINE void BlockScales(DF df, const uint8_t* HWY_RESTRICT blocks,
   const hn::Rebind<uint16_t, DF> du16;
   const hn::Rebind<hwy::float16_t, DF> df16;
   const size_t N = hn::Lanes(df);
-  const auto lane_offsets =
-      hn::Mul(hn::Iota(di32, 0), hn::Set(di32, static_cast<int32_t>(block_bytes)));
-  const auto low16 = hn::Set(di32, 0xFFFF);
-  for (size_t b = 0; b < count; b += N) {
-    // Each lane gathers 4 bytes at its block's start: the f16 scale and two
-    // bytes that follow it inside the block. Lanes past `count` repeat the
-    // last block (no reads past it) and are zeroed below.
-    const size_t valid = std::min(N, count - b);
-    const auto offsets = hn::Min(
-        lane_offsets, hn::Set(di32, static_cast<int32_t>((valid - 1) * block_bytes)));
-    const auto raw = hn::GatherOffset(
-        di32, reinterpret_cast<const int32_t*>(blocks + b * block_bytes), offsets);
-    const auto bits = hn::DemoteTo(du16, hn::And(raw, low16));
-    const auto dw = PromoteHalf(df, hn::BitCast(df16, bits));
-    auto s = hn::Mul(dw, hn::LoadU(df, sx + b));
-    if (valid < N) s = hn::IfThenElseZero(hn::FirstN(df, valid), s);
-    hn::StoreU(s, df, sw + b);
-    offset = hn::MulAdd(s, hn::LoadU(df, sums + b), offset);
-  }
+  // Each lane gathers 4 bytes at its block's start: the f16 scale and two
+  // bytes that follow it inside the block. Lanes past `count` repeat the
+  // last block (no reads past it) and are zeroed below.
+  const auto offsets = hn::Min(
+      hn::Mul(hn::Iota(di32, 0), hn::Set(di32, static_cast<int32_t>(block_bytes))),
+      hn::Set(di32, static_cast<int32_t>((count - 1) * block_bytes)));
+  const auto raw = hn::GatherOffset(di32, reinterpret_cast<const int32_t*>(blocks), offsets);
+  const auto bits = hn::DemoteTo(du16, hn::And(raw, hn::Set(di32, 0xFFFF)));
+  const auto dw = PromoteHalf(df, hn::BitCast(df16, bits));
+  auto s = hn::Mul(dw, hn::LoadU(df, sx));
+  if (count < N) s = hn::IfThenElseZero(hn::FirstN(df, count), s);
+  hn::Store(s, df, sw);
+  offset = hn::MulAdd(s, hn::LoadU(df, sums), offset);
 }
 
-// One step of Q4_0: 16 (or fewer) bytes of nibbles against the block's
-// activations for their low nibbles (elements s..) and high ones (16 + s..).
-template <class V16, class V32>
-HWY_INLINE void Q4_0Step(const IntTags& t, const uint8_t* HWY_RESTRICT qs,
-                         V16 xlo, V16 xhi, V32& sum0, V32& sum1) {
-  const auto v = hn::BitCast(t.d16, hn::PromoteTo(t.du16, hn::LoadU(t.du8, qs)));
-  const auto lo = hn::And(v, hn::Set(t.d16, 15));
-  const auto hi = hn::ShiftRight<4>(v);
-  sum0 = hn::ReorderWidenMulAccumulate(t.d32, lo, xlo, sum0, sum1);
-  sum0 = hn::ReorderWidenMulAccumulate(t.d32, hi, xhi, sum0, sum1);
+// Scales (BlockScales) of blocks g0.. (at most Lanes(dfull) of them) for
+// each of the kRows rows. The kernels compute those of the next group of
+// blocks before the dot products of the current one, so that the gathers
+// overlap with integer work instead of stalling it.
+template <size_t kRows, class DF>
+HWY_INLINE void GroupScales(DF dfull, const uint8_t* const* rows,
+                            size_t block_bytes, size_t nblocks, size_t g0,
+                            const float* HWY_RESTRICT sx,
+                            const float* HWY_RESTRICT sums,
+                            float (*out)[kMaxFloatLanes], hn::Vec<DF>& o0,
+                            hn::Vec<DF>& o1, hn::Vec<DF>& o2, hn::Vec<DF>& o3) {
+  const size_t count = std::min(hn::Lanes(dfull), nblocks - g0);
+  const size_t at = g0 * block_bytes;
+  BlockScales(dfull, rows[0] + at, block_bytes, count, sx + g0, sums + g0, out[0], o0);
+  if constexpr (kRows > 1)
+    BlockScales(dfull, rows[1] + at, block_bytes, count, sx + g0, sums + g0, out[1 % kRows], o1);
+  if constexpr (kRows > 2)
+    BlockScales(dfull, rows[2] + at, block_bytes, count, sx + g0, sums + g0, out[2 % kRows], o2);
+  if constexpr (kRows > 3)
+    BlockScales(dfull, rows[3] + at, block_bytes, count, sx + g0, sums + g0, out[3 % kRows], o3);
 }
+
+// One Q4_0 block, or the part of it a vector of at most 16 int16 lanes
+// holds (nibbles from `qs`), times the activations of its low nibbles at
+// `xlo` and its high ones at `xhi`, added to `f` with scale `scale`.
+template <class VF>
+HWY_INLINE void Q4_0Single(const Int32Tags& t, const uint8_t* HWY_RESTRICT qs,
+                           const int16_t* HWY_RESTRICT xlo,
+                           const int16_t* HWY_RESTRICT xhi, float scale, VF& f) {
+  const size_t N = hn::Lanes(t.d16);
+  auto sum0 = hn::Zero(t.d32), sum1 = hn::Zero(t.d32);
+  for (size_t s = 0; s < 16; s += N) {
+    const auto v = hn::BitCast(t.d16, hn::PromoteTo(t.du16, hn::LoadU(t.du8, qs + s)));
+    sum0 = hn::ReorderWidenMulAccumulate(t.d32, hn::And(v, hn::Set(t.d16, 15)),
+                                         hn::Load(t.d16, xlo + s), sum0, sum1);
+    sum0 = hn::ReorderWidenMulAccumulate(t.d32, hn::ShiftRight<4>(v),
+                                         hn::Load(t.d16, xhi + s), sum0, sum1);
+  }
+  f = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(sum0, sum1)), hn::Set(t.df, scale), f);
+}
+
+#if HWY_TARGET != HWY_SCALAR  // no Combine there, and never 32 lanes
+// Two Q4_0 blocks A, B, 16 nibble bytes each (bytes_b zero when there is no
+// B), against pair-layout activations: int16 lanes 0..15 hold A, 16..31 B,
+// and after the widening multiply-add int32 lanes 0..7 belong to A and 8..15
+// to B (adjacent lanes are summed in pairs, on x86 and SVE alike), so the
+// scale vector is sa in the first half and sb in the second.
+template <class V8, class V16, class M, class VF>
+HWY_INLINE void Q4_0Pair(const Int32Tags& t, V8 bytes_a, V8 bytes_b, V16 xlo,
+                         V16 xhi, M first_half, const float* HWY_RESTRICT sab, VF& f) {
+  const auto v = hn::BitCast(t.d16, hn::PromoteTo(t.du16, hn::Combine(t.du8, bytes_b, bytes_a)));
+  auto sum1 = hn::Zero(t.d32);
+  auto sum0 = hn::ReorderWidenMulAccumulate(t.d32, hn::And(v, hn::Set(t.d16, 15)), xlo,
+                                            hn::Zero(t.d32), sum1);
+  sum0 = hn::ReorderWidenMulAccumulate(t.d32, hn::ShiftRight<4>(v), xhi, sum0, sum1);
+  const auto scale = hn::IfThenElse(first_half, hn::Set(t.df, sab[0]), hn::Set(t.df, sab[1]));
+  f = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(sum0, sum1)), scale, f);
+}
+#endif
 
 // Q4_0 stores nibbles q with value (q - 8) * d: the kernel sums q * x and
 // subtracts 8 * d * sum(x) per block through BlockScales' offset term.
+// Activations are in the pair layout (QuantizeActivationsImpl).
 template <size_t kRows>
 HWY_INLINE void Q4_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
                          size_t nblocks, const int16_t* HWY_RESTRICT xq,
                          const float* HWY_RESTRICT sx,
                          const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
-  const IntTags t;
+  const Int32Tags t;
   const hn::ScalableTag<float> dfull;
-  const size_t N16 = hn::Lanes(t.d16);
+  const size_t G = hn::Lanes(dfull);
   constexpr size_t kBB = sizeof(BlockQ4_0);
-  const uint8_t* r0 = w;
-  const uint8_t* r1 = kRows > 1 ? w + row_bytes : w;
-  const uint8_t* r2 = kRows > 2 ? w + 2 * row_bytes : w;
-  const uint8_t* r3 = kRows > 3 ? w + 3 * row_bytes : w;
-  HWY_ALIGN float sw[kRows][kGemvChunkBlocks + kGemvPad];
-  auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df),
-       f3 = hn::Zero(t.df);
-  auto o0 = hn::Zero(dfull), o1 = hn::Zero(dfull), o2 = hn::Zero(dfull),
-       o3 = hn::Zero(dfull);
-  for (size_t b0 = 0; b0 < nblocks; b0 += kGemvChunkBlocks) {
-    const size_t count = std::min(kGemvChunkBlocks, nblocks - b0);
-    BlockScales(dfull, r0 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[0], o0);
-    if constexpr (kRows > 1)
-      BlockScales(dfull, r1 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[1 % kRows], o1);
-    if constexpr (kRows > 2)
-      BlockScales(dfull, r2 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[2 % kRows], o2);
-    if constexpr (kRows > 3)
-      BlockScales(dfull, r3 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[3 % kRows], o3);
-    for (size_t b = 0; b < count; ++b) {
-      const int16_t* xb = xq + (b0 + b) * 32;
-      const size_t off = (b0 + b) * kBB + 2;
-      auto s00 = hn::Zero(t.d32), s01 = hn::Zero(t.d32);
-      auto s10 = hn::Zero(t.d32), s11 = hn::Zero(t.d32);
-      auto s20 = hn::Zero(t.d32), s21 = hn::Zero(t.d32);
-      auto s30 = hn::Zero(t.d32), s31 = hn::Zero(t.d32);
-      for (size_t s = 0; s < 16; s += N16) {
-        const auto xlo = hn::Load(t.d16, xb + s);
-        const auto xhi = hn::Load(t.d16, xb + 16 + s);
-        Q4_0Step(t, r0 + off + s, xlo, xhi, s00, s01);
-        if constexpr (kRows > 1) Q4_0Step(t, r1 + off + s, xlo, xhi, s10, s11);
-        if constexpr (kRows > 2) Q4_0Step(t, r2 + off + s, xlo, xhi, s20, s21);
-        if constexpr (kRows > 3) Q4_0Step(t, r3 + off + s, xlo, xhi, s30, s31);
+  const uint8_t* rows[4] = {w, kRows > 1 ? w + row_bytes : w,
+                            kRows > 2 ? w + 2 * row_bytes : w,
+                            kRows > 3 ? w + 3 * row_bytes : w};
+  auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df), f3 = hn::Zero(t.df);
+  auto o0 = hn::Zero(dfull), o1 = hn::Zero(dfull), o2 = hn::Zero(dfull), o3 = hn::Zero(dfull);
+  HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
+  GroupScales<kRows>(dfull, rows, kBB, nblocks, 0, sx, sums, sw[0], o0, o1, o2, o3);
+  size_t cur = 0;
+  for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
+    if (g0 + G < nblocks) {
+      GroupScales<kRows>(dfull, rows, kBB, nblocks, g0 + G, sx, sums, sw[cur ^ 1], o0, o1,
+                         o2, o3);
+    }
+    const size_t count = std::min(G, nblocks - g0);
+    const float(*scales)[kMaxFloatLanes] = sw[cur];
+#if HWY_TARGET != HWY_SCALAR
+    if (hn::MaxLanes(t.d16) == 32 && hn::Lanes(t.d16) == 32) {
+      // Two blocks per vector. G is even here, so pairs never straddle groups.
+      const hn::Half<decltype(t.du8)> du8h;
+      const auto first_half = hn::FirstN(t.df, hn::Lanes(t.df) / 2);
+      size_t b = 0;
+      for (; b + 2 <= count; b += 2) {
+        const int16_t* xb = xq + (g0 + b) * 32;
+        const auto xlo = hn::Load(t.d16, xb);
+        const auto xhi = hn::Load(t.d16, xb + 32);
+        const size_t a = (g0 + b) * kBB + 2;
+        Q4_0Pair(t, hn::LoadU(du8h, rows[0] + a), hn::LoadU(du8h, rows[0] + a + kBB), xlo, xhi,
+                 first_half, scales[0] + b, f0);
+        if constexpr (kRows > 1)
+          Q4_0Pair(t, hn::LoadU(du8h, rows[1] + a), hn::LoadU(du8h, rows[1] + a + kBB), xlo,
+                   xhi, first_half, scales[1 % kRows] + b, f1);
+        if constexpr (kRows > 2)
+          Q4_0Pair(t, hn::LoadU(du8h, rows[2] + a), hn::LoadU(du8h, rows[2] + a + kBB), xlo,
+                   xhi, first_half, scales[2 % kRows] + b, f2);
+        if constexpr (kRows > 3)
+          Q4_0Pair(t, hn::LoadU(du8h, rows[3] + a), hn::LoadU(du8h, rows[3] + a + kBB), xlo,
+                   xhi, first_half, scales[3 % kRows] + b, f3);
       }
-      f0 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s00, s01)), hn::Set(t.df, sw[0][b]), f0);
-      if constexpr (kRows > 1)
-        f1 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s10, s11)), hn::Set(t.df, sw[1 % kRows][b]), f1);
-      if constexpr (kRows > 2)
-        f2 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s20, s21)), hn::Set(t.df, sw[2 % kRows][b]), f2);
-      if constexpr (kRows > 3)
-        f3 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s30, s31)), hn::Set(t.df, sw[3 % kRows][b]), f3);
+      if (b < count) {  // the odd last block of the row: B is absent
+        const int16_t* xb = xq + (g0 + b) * 32;
+        const auto xlo = hn::Load(t.d16, xb);
+        const auto xhi = hn::Load(t.d16, xb + 32);
+        const size_t a = (g0 + b) * kBB + 2;
+        const auto none = hn::Zero(du8h);
+        Q4_0Pair(t, hn::LoadU(du8h, rows[0] + a), none, xlo, xhi, first_half, scales[0] + b, f0);
+        if constexpr (kRows > 1)
+          Q4_0Pair(t, hn::LoadU(du8h, rows[1] + a), none, xlo, xhi, first_half,
+                   scales[1 % kRows] + b, f1);
+        if constexpr (kRows > 2)
+          Q4_0Pair(t, hn::LoadU(du8h, rows[2] + a), none, xlo, xhi, first_half,
+                   scales[2 % kRows] + b, f2);
+        if constexpr (kRows > 3)
+          Q4_0Pair(t, hn::LoadU(du8h, rows[3] + a), none, xlo, xhi, first_half,
+                   scales[3 % kRows] + b, f3);
+      }
+      continue;
+    }
+#endif
+    // One block (or part of one) per vector: at most 16 int16 lanes here.
+    for (size_t b = 0; b < count; ++b) {
+      const size_t block = g0 + b;
+      const int16_t* xlo = xq + PairLayoutIndex(block, 0);
+      const int16_t* xhi = xq + PairLayoutIndex(block, 16);
+      const size_t a = block * kBB + 2;
+      Q4_0Single(t, rows[0] + a, xlo, xhi, scales[0][b], f0);
+      if constexpr (kRows > 1) Q4_0Single(t, rows[1] + a, xlo, xhi, scales[1 % kRows][b], f1);
+      if constexpr (kRows > 2) Q4_0Single(t, rows[2] + a, xlo, xhi, scales[2 % kRows][b], f2);
+      if constexpr (kRows > 3) Q4_0Single(t, rows[3] + a, xlo, xhi, scales[3 % kRows][b], f3);
     }
   }
   y[0] = ReduceSum(t.df, f0) - 8.0f * ReduceSum(dfull, o0);
@@ -298,11 +387,17 @@ HWY_INLINE void Q4_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
   if constexpr (kRows > 3) y[3] = ReduceSum(t.df, f3) - 8.0f * ReduceSum(dfull, o3);
 }
 
-template <class V16, class V32>
-HWY_INLINE void Q8_0Step(const IntTags& t, const uint8_t* HWY_RESTRICT qs,
-                         V16 xv, V32& sum0, V32& sum1) {
-  const auto v = hn::PromoteTo(t.d16, hn::LoadU(t.di8, reinterpret_cast<const int8_t*>(qs)));
-  sum0 = hn::ReorderWidenMulAccumulate(t.d32, v, xv, sum0, sum1);
+// One Q8_0 block: 32 int8 weights at `qs` times 32 activations at `xb`.
+template <class VF>
+HWY_INLINE void Q8_0Block(const Int32Tags& t, const uint8_t* HWY_RESTRICT qs,
+                          const int16_t* HWY_RESTRICT xb, float scale, VF& f) {
+  const size_t N = hn::Lanes(t.d16);
+  auto sum0 = hn::Zero(t.d32), sum1 = hn::Zero(t.d32);
+  for (size_t s = 0; s < 32; s += N) {
+    const auto v = hn::PromoteTo(t.d16, hn::LoadU(t.di8, reinterpret_cast<const int8_t*>(qs + s)));
+    sum0 = hn::ReorderWidenMulAccumulate(t.d32, v, hn::Load(t.d16, xb + s), sum0, sum1);
+  }
+  f = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(sum0, sum1)), hn::Set(t.df, scale), f);
 }
 
 template <size_t kRows>
@@ -310,48 +405,33 @@ HWY_INLINE void Q8_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
                          size_t nblocks, const int16_t* HWY_RESTRICT xq,
                          const float* HWY_RESTRICT sx,
                          const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
-  const IntTags t;
+  const Int32Tags t;
   const hn::ScalableTag<float> dfull;
-  const size_t N16 = hn::Lanes(t.d16);
+  const size_t G = hn::Lanes(dfull);
   constexpr size_t kBB = sizeof(BlockQ8_0);
-  const uint8_t* r0 = w;
-  const uint8_t* r1 = kRows > 1 ? w + row_bytes : w;
-  const uint8_t* r2 = kRows > 2 ? w + 2 * row_bytes : w;
-  const uint8_t* r3 = kRows > 3 ? w + 3 * row_bytes : w;
-  HWY_ALIGN float sw[kRows][kGemvChunkBlocks + kGemvPad];
-  auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df),
-       f3 = hn::Zero(t.df);
+  const uint8_t* rows[4] = {w, kRows > 1 ? w + row_bytes : w,
+                            kRows > 2 ? w + 2 * row_bytes : w,
+                            kRows > 3 ? w + 3 * row_bytes : w};
+  auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df), f3 = hn::Zero(t.df);
   auto unused = hn::Zero(dfull);  // Q8_0 is symmetric: no offset term
-  for (size_t b0 = 0; b0 < nblocks; b0 += kGemvChunkBlocks) {
-    const size_t count = std::min(kGemvChunkBlocks, nblocks - b0);
-    BlockScales(dfull, r0 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[0], unused);
-    if constexpr (kRows > 1)
-      BlockScales(dfull, r1 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[1 % kRows], unused);
-    if constexpr (kRows > 2)
-      BlockScales(dfull, r2 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[2 % kRows], unused);
-    if constexpr (kRows > 3)
-      BlockScales(dfull, r3 + b0 * kBB, kBB, count, sx + b0, sums + b0, sw[3 % kRows], unused);
+  HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
+  GroupScales<kRows>(dfull, rows, kBB, nblocks, 0, sx, sums, sw[0], unused, unused, unused,
+                     unused);
+  size_t cur = 0;
+  for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
+    if (g0 + G < nblocks) {
+      GroupScales<kRows>(dfull, rows, kBB, nblocks, g0 + G, sx, sums, sw[cur ^ 1], unused,
+                         unused, unused, unused);
+    }
+    const size_t count = std::min(G, nblocks - g0);
+    const float(*scales)[kMaxFloatLanes] = sw[cur];
     for (size_t b = 0; b < count; ++b) {
-      const int16_t* xb = xq + (b0 + b) * 32;
-      const size_t off = (b0 + b) * kBB + 2;
-      auto s00 = hn::Zero(t.d32), s01 = hn::Zero(t.d32);
-      auto s10 = hn::Zero(t.d32), s11 = hn::Zero(t.d32);
-      auto s20 = hn::Zero(t.d32), s21 = hn::Zero(t.d32);
-      auto s30 = hn::Zero(t.d32), s31 = hn::Zero(t.d32);
-      for (size_t s = 0; s < 32; s += N16) {
-        const auto xv = hn::Load(t.d16, xb + s);
-        Q8_0Step(t, r0 + off + s, xv, s00, s01);
-        if constexpr (kRows > 1) Q8_0Step(t, r1 + off + s, xv, s10, s11);
-        if constexpr (kRows > 2) Q8_0Step(t, r2 + off + s, xv, s20, s21);
-        if constexpr (kRows > 3) Q8_0Step(t, r3 + off + s, xv, s30, s31);
-      }
-      f0 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s00, s01)), hn::Set(t.df, sw[0][b]), f0);
-      if constexpr (kRows > 1)
-        f1 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s10, s11)), hn::Set(t.df, sw[1 % kRows][b]), f1);
-      if constexpr (kRows > 2)
-        f2 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s20, s21)), hn::Set(t.df, sw[2 % kRows][b]), f2);
-      if constexpr (kRows > 3)
-        f3 = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(s30, s31)), hn::Set(t.df, sw[3 % kRows][b]), f3);
+      const int16_t* xb = xq + (g0 + b) * 32;
+      const size_t a = (g0 + b) * kBB + 2;
+      Q8_0Block(t, rows[0] + a, xb, scales[0][b], f0);
+      if constexpr (kRows > 1) Q8_0Block(t, rows[1] + a, xb, scales[1 % kRows][b], f1);
+      if constexpr (kRows > 2) Q8_0Block(t, rows[2] + a, xb, scales[2 % kRows][b], f2);
+      if constexpr (kRows > 3) Q8_0Block(t, rows[3] + a, xb, scales[3 % kRows][b], f3);
     }
   }
   y[0] = ReduceSum(t.df, f0);
@@ -399,7 +479,7 @@ HWY_INLINE void Q4_KScales(D8 d8, const uint8_t* HWY_RESTRICT block,
 // One step over 32-byte group g's bytes s..: low nibbles belong to sub-block
 // 2g (activations xa), high nibbles to 2g + 1 (xb).
 template <class V16, class V32>
-HWY_INLINE void Q4_KStep(const IntTags& t, const uint8_t* HWY_RESTRICT qs,
+HWY_INLINE void Q4_KStep(const Int32Tags& t, const uint8_t* HWY_RESTRICT qs,
                          V16 xa, V16 xb, V32& a0, V32& a1, V32& b0, V32& b1) {
   const auto v = hn::BitCast(t.d16, hn::PromoteTo(t.du16, hn::LoadU(t.du8, qs)));
   a0 = hn::ReorderWidenMulAccumulate(t.d32, hn::And(v, hn::Set(t.d16, 15)), xa, a0, a1);
@@ -407,9 +487,14 @@ HWY_INLINE void Q4_KStep(const IntTags& t, const uint8_t* HWY_RESTRICT qs,
 }
 
 template <class DF, class V32>
+HWY_INLINE void ApplyScale(DF df, V32 sum0, V32 sum1, hn::Vec<DF> scale,
+                           hn::Vec<DF>& acc) {
+  acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(sum0, sum1)), scale, acc);
+}
+template <class DF, class V32>
 HWY_INLINE void ApplyScale(DF df, V32 sum0, V32 sum1, float scale,
                            hn::Vec<DF>& acc) {
-  acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(sum0, sum1)), hn::Set(df, scale), acc);
+  ApplyScale(df, sum0, sum1, hn::Set(df, scale), acc);
 }
 
 template <size_t kRows>
@@ -417,7 +502,7 @@ HWY_INLINE void Q4_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
                          size_t nblocks, const int16_t* HWY_RESTRICT xq,
                          const float* HWY_RESTRICT sx,
                          const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
-  const IntTags t;
+  const Int32Tags t;
   const hn::CappedTag<float, 8> d8;
   const size_t N16 = hn::Lanes(t.d16);
   constexpr size_t kBB = sizeof(BlockQ4_K);
@@ -426,12 +511,22 @@ HWY_INLINE void Q4_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
   const uint8_t* r1 = kRows > 1 ? w + row_bytes : w;
   auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df);
   auto m0 = hn::Zero(d8), m1 = hn::Zero(d8);
-  HWY_ALIGN float sw[kRows][8 + kGemvPad];
+  // Scales of super-block sb + 1 are computed before the dot products of sb
+  // (they overlap), into the other half of a ping-pong buffer, which also
+  // makes the compiler broadcast them from memory (free) instead of
+  // shuffling them out of registers.
+  HWY_ALIGN float scales[2][kRows][8 + kGemvPad];
+  Q4_KScales(d8, r0, sx, sums, scales[0][0], m0);
+  if constexpr (kRows > 1) Q4_KScales(d8, r1, sx, sums, scales[0][1 % kRows], m1);
   for (size_t sb = 0; sb < nblocks; ++sb) {
     const int16_t* xb = xq + sb * 256;
-    Q4_KScales(d8, r0 + sb * kBB, sx + 8 * sb, sums + 8 * sb, sw[0], m0);
-    if constexpr (kRows > 1)
-      Q4_KScales(d8, r1 + sb * kBB, sx + 8 * sb, sums + 8 * sb, sw[1 % kRows], m1);
+    if (sb + 1 < nblocks) {
+      const size_t n = sb + 1;
+      Q4_KScales(d8, r0 + n * kBB, sx + 8 * n, sums + 8 * n, scales[n & 1][0], m0);
+      if constexpr (kRows > 1)
+        Q4_KScales(d8, r1 + n * kBB, sx + 8 * n, sums + 8 * n, scales[n & 1][1 % kRows], m1);
+    }
+    const float(*sw)[8 + kGemvPad] = scales[sb & 1];
     for (size_t g = 0; g < 4; ++g) {
       const size_t off = sb * kBB + kQs + 32 * g;
       auto a00 = hn::Zero(t.d32), a01 = hn::Zero(t.d32), b00 = hn::Zero(t.d32),
@@ -478,10 +573,10 @@ HWY_INLINE void Q6_KScales(D8 d8, const uint8_t* HWY_RESTRICT block,
   }
 }
 
-// One step: 16 (or fewer) elements of each of the four element groups that
-// share the bytes ql[s..], ql[32 + s..] and qh[s..] of one half.
+// One step: N16 elements of each of the four element rows of a half that
+// share the bytes ql[s..], ql[32 + s..] and qh[s..].
 template <class V16, class V32>
-HWY_INLINE void Q6_KStep(const IntTags& t, const uint8_t* HWY_RESTRICT ql,
+HWY_INLINE void Q6_KStep(const Int32Tags& t, const uint8_t* HWY_RESTRICT ql,
                          const uint8_t* HWY_RESTRICT qh, V16 x0, V16 x1, V16 x2,
                          V16 x3, V32& a0, V32& a1, V32& b0, V32& b1, V32& c0,
                          V32& c1, V32& e0, V32& e1) {
@@ -506,31 +601,44 @@ HWY_INLINE void Q6_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
                          const float* HWY_RESTRICT group_sx,
                          const float* HWY_RESTRICT group_sums,
                          float* HWY_RESTRICT y) {
-  const IntTags t;
+  const Int32Tags t;
   const hn::CappedTag<float, 8> d8;
   const size_t N16 = hn::Lanes(t.d16);
+  // Elements per scale application: a 32-lane vector spans two groups of
+  // 16 (int32 lanes 0..7 the first, 8..15 the second); narrower ones need
+  // one or more steps per group.
+  const size_t span = std::max<size_t>(N16, 16);
+  const auto first_half = hn::FirstN(t.df, hn::Lanes(t.df) / 2);
   constexpr size_t kBB = sizeof(BlockQ6_K);
   constexpr size_t kQh = offsetof(BlockQ6_K, qh);
   const uint8_t* r0 = w;
   const uint8_t* r1 = kRows > 1 ? w + row_bytes : w;
   auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df);
   auto o0 = hn::Zero(d8), o1 = hn::Zero(d8);
-  HWY_ALIGN float sw[kRows][16 + kGemvPad];
+  // Ping-pong scale buffer as in Q4_KRows.
+  HWY_ALIGN float scales[2][kRows][16 + kGemvPad];
+  Q6_KScales(d8, r0, group_sx, group_sums, scales[0][0], o0);
+  if constexpr (kRows > 1) Q6_KScales(d8, r1, group_sx, group_sums, scales[0][1 % kRows], o1);
   for (size_t sb = 0; sb < nblocks; ++sb) {
     const int16_t* xb = xq + sb * 256;
-    Q6_KScales(d8, r0 + sb * kBB, group_sx + 16 * sb, group_sums + 16 * sb, sw[0], o0);
-    if constexpr (kRows > 1)
-      Q6_KScales(d8, r1 + sb * kBB, group_sx + 16 * sb, group_sums + 16 * sb,
-                 sw[1 % kRows], o1);
+    if (sb + 1 < nblocks) {
+      const size_t n = sb + 1;
+      Q6_KScales(d8, r0 + n * kBB, group_sx + 16 * n, group_sums + 16 * n,
+                 scales[n & 1][0], o0);
+      if constexpr (kRows > 1)
+        Q6_KScales(d8, r1 + n * kBB, group_sx + 16 * n, group_sums + 16 * n,
+                   scales[n & 1][1 % kRows], o1);
+    }
+    const float(*sw)[16 + kGemvPad] = scales[sb & 1];
     for (size_t h = 0; h < 2; ++h) {
-      for (size_t l0 = 0; l0 < 32; l0 += 16) {
+      for (size_t l0 = 0; l0 < 32; l0 += span) {
         auto a00 = hn::Zero(t.d32), a01 = hn::Zero(t.d32), b00 = hn::Zero(t.d32),
              b01 = hn::Zero(t.d32), c00 = hn::Zero(t.d32), c01 = hn::Zero(t.d32),
              e00 = hn::Zero(t.d32), e01 = hn::Zero(t.d32);
         auto a10 = hn::Zero(t.d32), a11 = hn::Zero(t.d32), b10 = hn::Zero(t.d32),
              b11 = hn::Zero(t.d32), c10 = hn::Zero(t.d32), c11 = hn::Zero(t.d32),
              e10 = hn::Zero(t.d32), e11 = hn::Zero(t.d32);
-        for (size_t s = l0; s < l0 + 16; s += N16) {
+        for (size_t s = l0; s < l0 + span; s += N16) {
           const int16_t* xh = xb + 128 * h + s;
           const auto x0 = hn::Load(t.d16, xh);
           const auto x1 = hn::Load(t.d16, xh + 32);
@@ -544,17 +652,23 @@ HWY_INLINE void Q6_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
             Q6_KStep(t, r1 + ql, r1 + qh, x0, x1, x2, x3, a10, a11, b10, b11,
                      c10, c11, e10, e11);
         }
-        // Groups 8h + l0/16 + {0, 2, 4, 6} hold elements 128h + l0 + 32k.
+        // Element row k (elements 128h + 32k + l) uses group 8h + 2k + l/16.
         const size_t g = 8 * h + l0 / 16;
-        ApplyScale(t.df, a00, a01, sw[0][g], f0);
-        ApplyScale(t.df, b00, b01, sw[0][g + 2], f0);
-        ApplyScale(t.df, c00, c01, sw[0][g + 4], f0);
-        ApplyScale(t.df, e00, e01, sw[0][g + 6], f0);
+        auto scale = [&](size_t r, size_t k) HWY_ATTR {
+          const float* sr = sw[r % kRows] + g + 2 * k;
+          return span == 32
+                     ? hn::IfThenElse(first_half, hn::Set(t.df, sr[0]), hn::Set(t.df, sr[1]))
+                     : hn::Set(t.df, sr[0]);
+        };
+        ApplyScale(t.df, a00, a01, scale(0, 0), f0);
+        ApplyScale(t.df, b00, b01, scale(0, 1), f0);
+        ApplyScale(t.df, c00, c01, scale(0, 2), f0);
+        ApplyScale(t.df, e00, e01, scale(0, 3), f0);
         if constexpr (kRows > 1) {
-          ApplyScale(t.df, a10, a11, sw[1 % kRows][g], f1);
-          ApplyScale(t.df, b10, b11, sw[1 % kRows][g + 2], f1);
-          ApplyScale(t.df, c10, c11, sw[1 % kRows][g + 4], f1);
-          ApplyScale(t.df, e10, e11, sw[1 % kRows][g + 6], f1);
+          ApplyScale(t.df, a10, a11, scale(1, 0), f1);
+          ApplyScale(t.df, b10, b11, scale(1, 1), f1);
+          ApplyScale(t.df, c10, c11, scale(1, 2), f1);
+          ApplyScale(t.df, e10, e11, scale(1, 3), f1);
         }
       }
     }

@@ -16,9 +16,11 @@ void GemvT(TensorType type, const void* weights, size_t row_bytes, size_t cols,
   GemvImpl(type, weights, row_bytes, cols, x, row_begin, row_end, y);
 }
 
-void QuantizeActivationsT(const float* x, size_t n, int16_t* q, float* scales,
-                          float* sums, float* group_sums, float* group_scales) {
-  QuantizeActivationsImpl(x, n, q, scales, sums, group_sums, group_scales);
+void QuantizeActivationsT(const float* x, size_t n, bool pair_layout, int16_t* q,
+                          float* scales, float* sums, float* group_sums,
+                          float* group_scales) {
+  QuantizeActivationsImpl(x, n, pair_layout, q, scales, sums, group_sums,
+                          group_scales);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -88,7 +90,11 @@ void GemvInput::Prepare(TensorType weight_type, const float* x, size_t n) {
   if (!IsQuantized(weight_type)) return;
 
   const size_t blocks = n / 32;
+  // Q4_0 pairs blocks (gemv-inl.h: PairLayoutIndex); an odd last block gets
+  // a zero partner.
+  const bool pairs = weight_type == TensorType::kQ4_0;
   Reserve(q_, n + 256);
+  if (pairs && blocks % 2 == 1) std::memset(q_.data() + 32 * (blocks - 1), 0, 64 * sizeof(int16_t));
   Reserve(scales_, blocks + kGemvPadFloats);
   Reserve(sums_, blocks + kGemvPadFloats);
   const bool groups = weight_type == TensorType::kQ6_K;
@@ -97,7 +103,7 @@ void GemvInput::Prepare(TensorType weight_type, const float* x, size_t n) {
     Reserve(group_scales_, 2 * blocks + kGemvPadFloats);
   }
   HWY_DYNAMIC_DISPATCH(QuantizeActivationsT)(
-      x, n, q_.data(), scales_.data(), sums_.data(),
+      x, n, pairs, q_.data(), scales_.data(), sums_.data(),
       groups ? group_sums_.data() : nullptr,
       groups ? group_scales_.data() : nullptr);
   // Zero padding: kernels load whole vectors past the last block and
