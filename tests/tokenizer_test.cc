@@ -169,7 +169,12 @@ TEST_CASE("spm: stories260K on the TinyStories excerpt gives llama.cpp's chunk c
   CHECK(ids.size() < 187 * 256);
   CHECK(tok->Decode(ids) == text);
 
-  // The same rule, checked the slow way on the first paragraphs.
+  // The same rule, checked the slow way: a stretch across several lines (the
+  // tokenizer merges between newlines separately; the naive rule does not),
+  // then the first paragraphs one by one.
+  const std::string lines = text.substr(0, 900);
+  REQUIRE(std::count(lines.begin(), lines.end(), '\n') >= 3);
+  CHECK(tok->Encode(lines, false) == NaiveSpm(data).Encode(lines, true));
   size_t begin = 0;
   for (int paragraph = 0; paragraph < 8; ++paragraph) {
     const size_t end = text.find('\n', begin);
@@ -240,6 +245,9 @@ TEST_CASE("spm: Llama 2 vocabulary gives Hugging Face's token ids") {
     CHECK(tok->Encode(text, false) == want);
     CHECK(tok->Decode(tok->Encode(text, true)) == text);
   }
+  // Wikitext lines (many merges, newlines between) against the naive rule.
+  const std::string wiki = ReadFile(SharedPath("corpora/wikitext2_test.txt")).substr(0, 700);
+  CHECK(tok->Encode(wiki, false) == NaiveSpm(data).Encode(wiki, true));
 }
 
 TEST_CASE("spm: hand-built vocabulary: score order, ties, user-defined tokens") {
