@@ -10,5 +10,6 @@ int BenchCommand(int argc, char** argv);
 int SynthCommand(int argc, char** argv);
 int InfoCommand(int argc, char** argv);
 int ConvertCommand(int argc, char** argv);
+int ProbeIoCommand(int argc, char** argv);
 
 }  // namespace sparrow::cli

@@ -33,6 +33,8 @@ constexpr CommandEntry kCommands[] = {
      "metadata, tensors, types, sizes and the SIMD target in use"},
     {"convert", sparrow::cli::ConvertCommand,
      "convert a GGUF model into a bundle that streams its feed-forward from disk"},
+    {"probe-io", sparrow::cli::ProbeIoCommand,
+     "random-read throughput of a disk by read size and parallelism"},
 };
 
 void PrintUsage(std::FILE* out) {
