@@ -29,6 +29,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/aligned_buffer.h"
@@ -69,6 +70,18 @@ Shape ParseShape(const std::string& s) {
     if (cols_ok && *end == '\0' && shape.cols > 0 && shape.rows > 0) return shape;
   }
   ThrowInputError("bad shape '", s, "' (want COLSxROWS, e.g. 4096x11008)");
+}
+
+std::string CpuModel() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "unknown";
 }
 
 std::string LoadAverage() {
@@ -234,6 +247,8 @@ int Main(int argc, char** argv) {
 
   std::printf("SIMD target: %s (cpu: %s)\n", simd::CurrentTargetName().c_str(),
               simd::CpuFeatures().c_str());
+  std::printf("machine: %s, %u hardware threads\n", CpuModel().c_str(),
+              std::thread::hardware_concurrency());
   std::printf("load average at start: %s\n", LoadAverage().c_str());
   std::printf("median of %d repetitions; weights rotate through >= %zu MiB of "
               "copies; probe: %zu MiB, median of %d\n\n",

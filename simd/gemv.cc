@@ -130,6 +130,10 @@ void Gemv(TensorType type, const void* weights, size_t row_bytes, size_t cols,
                                        TensorTypeName(type), " elements"));
   }
   if (row_begin >= row_end) return;
+  if (cols == 0) {  // empty dot products (the kernels assume a block)
+    for (size_t r = row_begin; r < row_end; ++r) y[r] = 0.0f;
+    return;
+  }
   HWY_DYNAMIC_DISPATCH(GemvT)(type, weights, row_bytes, cols, x, row_begin,
                               row_end, y);
 }

@@ -299,6 +299,14 @@ TEST_CASE("GemvInput and Gemv reject misuse") {
                   std::invalid_argument);
   CHECK_THROWS_AS(Gemv(TensorType::kQ8_0, w.data(), 67, 64, input, 0, 1, y),
                   std::invalid_argument);
+  // Zero columns: empty dot products.
+  for (TensorType type : kAllTypes) {
+    input.Prepare(type, x.data(), 0);
+    y[0] = y[1] = 7.0f;
+    Gemv(type, w.data(), 0, 0, input, 0, 2, y);
+    CHECK(y[0] == 0.0f);
+    CHECK(y[1] == 0.0f);
+  }
   // Re-preparing reuses the object for another type and size.
   input.Prepare(TensorType::kF32, x.data(), 3);
   const float w3[3] = {1, 2, 3};
