@@ -10,14 +10,16 @@
 //                [--planner]
 //
 // Prints, per mode: MB/s (10^6 bytes/s), records/s, read calls per record,
-// mean time per batch, and how much of the file the page cache holds
-// afterwards (mincore), which shows what each mode leaves behind.
+// mean time per batch, CPU seconds (user + system, all threads) per GB,
+// and how much of the file the page cache holds afterwards (mincore),
+// which shows what each mode leaves behind.
 //
 // With --planner the batch's records go through the ReadPlanner first
 // (sorted, adjacent ones coalesced, up to 1 MiB per read), as at run time.
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cxxopts.hpp>
@@ -61,6 +63,14 @@ std::vector<std::string> Split(const std::string& s) {
     if (!item.empty()) out.push_back(item);
   }
   return out;
+}
+
+// User + system CPU seconds of this process so far (all its threads).
+double CpuSeconds() {
+  rusage u {};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
 bool DropCaches() {
@@ -134,8 +144,8 @@ int Main(int argc, char** argv) {
               static_cast<double>(records_per_mode * record) / (1 << 20),
               args.count("drop-caches") ? ", page cache dropped before each mode" : "",
               args.count("planner") ? ", through the read planner" : "");
-  std::printf("%-8s %-8s %9s %11s %11s %10s %12s %10s\n", "mode", "actual", "MB/s", "records/s",
-              "calls/rec", "batch_ms", "bytes_read", "cached");
+  std::printf("%-8s %-8s %9s %11s %11s %10s %12s %9s %10s\n", "mode", "actual", "MB/s",
+              "records/s", "calls/rec", "batch_ms", "bytes_read", "cpu_s/GB", "cached");
 
   AlignedBuffer<uint8_t> buffer(batch * record, 4096);
   std::memset(buffer.data(), 0, buffer.size());  // fault the pages in before timing
@@ -165,6 +175,7 @@ int Main(int argc, char** argv) {
     std::vector<PlannedRecord> planned;
     ReadTotals totals;
     uint64_t batches = 0;
+    const double cpu_start = CpuSeconds();
     const double start = NowSeconds();
     for (uint64_t done = 0; done < records_per_mode;) {
       const uint64_t n = std::min<uint64_t>(batch, records_per_mode - done);
@@ -194,14 +205,16 @@ int Main(int argc, char** argv) {
       ++batches;
     }
     const double seconds = NowSeconds() - start;
+    const double cpu = CpuSeconds() - cpu_start;
     const double cached = CachedFraction(path, file_size);
-    std::printf("%-8s %-8s %9.1f %11.0f %11.3f %10.3f %12llu %9.1f%%\n", name.c_str(),
+    std::printf("%-8s %-8s %9.1f %11.0f %11.3f %10.3f %12llu %9.3f %9.1f%%\n", name.c_str(),
                 IoModeName(loader->mode()).c_str(),
                 static_cast<double>(records_per_mode * record) / seconds / 1e6,
                 static_cast<double>(records_per_mode) / seconds,
                 static_cast<double>(totals.calls) / static_cast<double>(records_per_mode),
                 seconds * 1e3 / static_cast<double>(batches),
-                static_cast<unsigned long long>(totals.bytes), cached * 100);
+                static_cast<unsigned long long>(totals.bytes),
+                cpu / (static_cast<double>(records_per_mode * record) / 1e9), cached * 100);
     std::fflush(stdout);
   }
   return 0;
