@@ -65,6 +65,34 @@ void CheckRow(TensorType type, size_t n) {
   }
 }
 
+// IEEE half from float, round to nearest even (F32ToF16).
+inline uint16_t HalfFromFloat(float f) {
+  const uint32_t bits = FloatBits(f);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) {  // NaN: keep the top payload bits, force quiet
+    return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
+  }
+  // 65520 = halfway between the largest half (65504) and 2^16: ties go to
+  // the even neighbour, which is infinity.
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  const uint32_t exp = abs >> 23;
+  if (exp < 113) {  // below 2^-14: a half subnormal (or zero)
+    if (exp < 102) return sign;  // below 2^-25: rounds to zero
+    const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - exp;  // value / 2^-24 = mant >> shift
+    uint32_t q = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1);
+    const uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) ++q;
+    return static_cast<uint16_t>(sign | q);
+  }
+  uint32_t q = ((exp - 112) << 10) | ((abs >> 13) & 0x3ffu);
+  const uint32_t rem = abs & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (q & 1))) ++q;  // may carry: fine
+  return static_cast<uint16_t>(sign | q);
+}
+
 // ---------------------------------------------------------------- reference
 
 void DequantizeQ8_0Reference(const uint8_t* src, size_t n, float* dst) {
@@ -148,6 +176,20 @@ int NearestInt(float x, int lo, int hi) {
   return static_cast<int>((x + 0x1.8p23f) - 0x1.8p23f);
 }
 
+// Round to nearest even as a float, for |x| < 2^22 (callers clamp first).
+inline float RoundEven(float x) { return (x + 0x1.8p23f) - 0x1.8p23f; }
+
+// Clamps to [lo, hi]; NaN gives lo. Branch-free, so loops vectorize.
+inline float ClampF(float x, float lo, float hi) {
+  return x >= lo ? (x <= hi ? x : hi) : lo;
+}
+
+// Round half away from zero (C's roundf), for |x| < 2^22.
+inline float RoundAway(float x) {
+  const float t = static_cast<float>(static_cast<int>(x));  // toward zero
+  return std::fabs(x - t) >= 0.5f ? t + std::copysign(1.0f, x) : t;
+}
+
 // Truncate toward zero, clamped like NearestInt.
 int TruncInt(float x, int lo, int hi) {
   if (!(x >= static_cast<float>(lo))) return lo;
@@ -166,7 +208,7 @@ void QuantizeQ8_0(const float* src, size_t n, uint8_t* dst) {
     uint8_t* block = dst + b * sizeof(BlockQ8_0);
     StoreU16(F32ToF16(d), block);
     for (size_t i = 0; i < 32; ++i) {
-      const int q = TruncInt(std::round(x[i] * id), -128, 127);
+      const int q = static_cast<int>(RoundAway(ClampF(x[i] * id, -128.0f, 127.0f)));
       block[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q));
     }
   }
@@ -209,7 +251,7 @@ void ImportanceWeights(const float* x, size_t n, float* w) {
 // (ie the offset -min is <= 0, as Q4_K stores it). Tries a few quantization
 // grids around (max - min) / nmax and, for each, the weighted least-squares
 // scale and offset for the rounded q; keeps the fit with the least weighted
-// squared error.
+// squared error. f32 sums over one sub-block are plenty accurate here.
 void FitAffine(const float* x, const float* w, int n, int nmax, float* scale,
                float* min_out) {
   float lo = x[0], hi = x[0];
@@ -218,47 +260,47 @@ void FitAffine(const float* x, const float* w, int n, int nmax, float* scale,
     hi = std::max(hi, x[i]);
   }
   lo = std::min(lo, 0.0f);
-  if (!(hi > lo)) {  // all equal (to lo <= 0), or non-finite
+  if (!(hi > lo) || !std::isfinite(hi - lo)) {  // all equal (to lo <= 0), or non-finite
     *scale = 0.0f;
     *min_out = std::isfinite(lo) ? -lo : 0.0f;
     return;
   }
-  double sw = 0, swx = 0, swxx = 0;
+  float sw = 0, swx = 0, swxx = 0;
   for (int i = 0; i < n; ++i) {
     sw += w[i];
-    swx += static_cast<double>(w[i]) * x[i];
-    swxx += static_cast<double>(w[i]) * x[i] * x[i];
+    swx += w[i] * x[i];
+    swxx += w[i] * x[i] * x[i];
   }
   float best_scale = (hi - lo) / static_cast<float>(nmax);
   float best_offset = lo;
-  double best_err = std::numeric_limits<double>::infinity();
+  float best_err = std::numeric_limits<float>::infinity();
+  const float top = static_cast<float>(nmax);
   constexpr int kSteps = 8;
   for (int step = 0; step <= kSteps; ++step) {
     // Grids from (nmax - 0.8) to (nmax + 0.8) steps over the range.
-    const float steps = static_cast<float>(nmax) - 0.8f + 0.2f * step;
-    const float iscale = steps / (hi - lo);
-    double swl = 0, swll = 0, swlx = 0;
+    const float iscale = (top - 0.8f + 0.2f * step) / (hi - lo);
+    float swl = 0, swll = 0, swlx = 0;
     for (int i = 0; i < n; ++i) {
-      const int l = NearestInt(iscale * (x[i] - lo), 0, nmax);
+      const float l = RoundEven(ClampF(iscale * (x[i] - lo), 0.0f, top));
       swl += w[i] * l;
-      swll += static_cast<double>(w[i]) * l * l;
-      swlx += static_cast<double>(w[i]) * l * x[i];
+      swll += w[i] * l * l;
+      swlx += w[i] * l * x[i];
     }
-    const double det = sw * swll - swl * swl;
+    const float det = sw * swll - swl * swl;
     if (!(det > 0)) continue;
-    double s = (sw * swlx - swl * swx) / det;
-    double off = (swll * swx - swl * swlx) / det;
+    float s = (sw * swlx - swl * swx) / det;
+    float off = (swll * swx - swl * swlx) / det;
     if (off > 0) {  // the offset must stay <= 0
       off = 0;
       s = swlx / swll;
     }
-    if (s < 0) continue;
-    const double err = swxx - 2 * s * swlx - 2 * off * swx + s * s * swll +
-                       2 * s * off * swl + off * off * sw;
+    if (!(s >= 0)) continue;
+    const float err = swxx - 2 * s * swlx - 2 * off * swx + s * s * swll +
+                      2 * s * off * swl + off * off * sw;
     if (err < best_err) {
       best_err = err;
-      best_scale = static_cast<float>(s);
-      best_offset = static_cast<float>(off);
+      best_scale = s;
+      best_offset = off;
     }
   }
   *scale = best_scale;
@@ -326,20 +368,21 @@ float FitSymmetric(const float* x, const float* w, int n, int nmax) {
   }
   if (!(amax > 0.0f) || !std::isfinite(amax)) return 0.0f;
   float best_scale = max / -static_cast<float>(nmax);
-  double best_gain = -1.0;
+  float best_gain = -1.0f;
+  const float lo = -static_cast<float>(nmax), hi = static_cast<float>(nmax - 1);
   constexpr int kSteps = 8;
   for (int step = 0; step <= kSteps; ++step) {
     const float iscale = -(static_cast<float>(nmax) - 0.8f + 0.2f * step) / max;
-    double swlx = 0, swll = 0;
+    float swlx = 0, swll = 0;
     for (int i = 0; i < n; ++i) {
-      const int l = NearestInt(iscale * x[i], -nmax, nmax - 1);
-      swlx += static_cast<double>(w[i]) * l * x[i];
-      swll += static_cast<double>(w[i]) * l * l;
+      const float l = RoundEven(ClampF(iscale * x[i], lo, hi));
+      swlx += w[i] * l * x[i];
+      swll += w[i] * l * l;
     }
     // Weighted error = sum(w x^2) - swlx^2 / swll at the best scale.
     if (swll > 0 && swlx * swlx / swll > best_gain) {
       best_gain = swlx * swlx / swll;
-      best_scale = static_cast<float>(swlx / swll);
+      best_scale = swlx / swll;
     }
   }
   return best_scale;
@@ -454,7 +497,7 @@ void QuantizeRow(TensorType type, const float* src, size_t n, void* dst) {
       std::memcpy(dst, src, n * sizeof(float));
       return;
     case TensorType::kF16:
-      for (size_t i = 0; i < n; ++i) StoreU16(F32ToF16(src[i]), out + 2 * i);
+      for (size_t i = 0; i < n; ++i) StoreU16(HalfFromFloat(src[i]), out + 2 * i);
       return;
     case TensorType::kBF16:
       for (size_t i = 0; i < n; ++i) StoreU16(F32ToBF16(src[i]), out + 2 * i);
@@ -474,32 +517,7 @@ void QuantizeRow(TensorType type, const float* src, size_t n, void* dst) {
 
 float F16ToF32(uint16_t h) { return HalfBitsToFloat(h); }
 
-uint16_t F32ToF16(float f) {
-  const uint32_t bits = FloatBits(f);
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) {  // NaN: keep the top payload bits, force quiet
-    return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
-  }
-  // 65520 = halfway between the largest half (65504) and 2^16: ties go to
-  // the even neighbour, which is infinity.
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  const uint32_t exp = abs >> 23;
-  if (exp < 113) {  // below 2^-14: a half subnormal (or zero)
-    if (exp < 102) return sign;  // below 2^-25: rounds to zero
-    const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126 - exp;  // value / 2^-24 = mant >> shift
-    uint32_t q = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1);
-    const uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1))) ++q;
-    return static_cast<uint16_t>(sign | q);
-  }
-  uint32_t q = ((exp - 112) << 10) | ((abs >> 13) & 0x3ffu);
-  const uint32_t rem = abs & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (q & 1))) ++q;  // may carry: fine
-  return static_cast<uint16_t>(sign | q);
-}
+uint16_t F32ToF16(float f) { return HalfFromFloat(f); }
 
 float BF16ToF32(uint16_t b) { return BitsFloat(static_cast<uint32_t>(b) << 16); }
 
