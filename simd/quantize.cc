@@ -279,13 +279,21 @@ void FitAffine(const float* x, const float* w, int n, int nmax, float* scale,
   for (int step = 0; step <= kSteps; ++step) {
     // Grids from (nmax - 0.8) to (nmax + 0.8) steps over the range.
     const float iscale = (top - 0.8f + 0.2f * step) / (hi - lo);
-    float swl = 0, swll = 0, swlx = 0;
-    for (int i = 0; i < n; ++i) {
-      const float l = RoundEven(ClampF(iscale * (x[i] - lo), 0.0f, top));
-      swl += w[i] * l;
-      swll += w[i] * l * l;
-      swlx += w[i] * l * x[i];
+    // Four interleaved partial sums in a fixed order: the compiler can keep
+    // them in one vector, and the result does not depend on the machine.
+    float pl[4] = {}, pll[4] = {}, plx[4] = {};
+    for (int i = 0; i < n; i += 4) {
+      for (int k = 0; k < 4; ++k) {
+        // Finite and >= 0 here (lo is the minimum): only the top needs a clamp.
+        const float l = RoundEven(std::min(iscale * (x[i + k] - lo), top));
+        pl[k] += w[i + k] * l;
+        pll[k] += w[i + k] * l * l;
+        plx[k] += w[i + k] * l * x[i + k];
+      }
     }
+    const float swl = (pl[0] + pl[1]) + (pl[2] + pl[3]);
+    const float swll = (pll[0] + pll[1]) + (pll[2] + pll[3]);
+    const float swlx = (plx[0] + plx[1]) + (plx[2] + plx[3]);
     const float det = sw * swll - swl * swl;
     if (!(det > 0)) continue;
     float s = (sw * swlx - swl * swx) / det;
@@ -373,12 +381,17 @@ float FitSymmetric(const float* x, const float* w, int n, int nmax) {
   constexpr int kSteps = 8;
   for (int step = 0; step <= kSteps; ++step) {
     const float iscale = -(static_cast<float>(nmax) - 0.8f + 0.2f * step) / max;
-    float swlx = 0, swll = 0;
-    for (int i = 0; i < n; ++i) {
-      const float l = RoundEven(ClampF(iscale * x[i], lo, hi));
-      swlx += w[i] * l * x[i];
-      swll += w[i] * l * l;
+    float plx[4] = {}, pll[4] = {};  // fixed-order partial sums (FitAffine)
+    for (int i = 0; i < n; i += 4) {
+      for (int k = 0; k < 4; ++k) {
+        // Finite here (|x| <= |max|): min/max clamps vectorize.
+        const float l = RoundEven(std::min(std::max(iscale * x[i + k], lo), hi));
+        plx[k] += w[i + k] * l * x[i + k];
+        pll[k] += w[i + k] * l * l;
+      }
     }
+    const float swlx = (plx[0] + plx[1]) + (plx[2] + plx[3]);
+    const float swll = (pll[0] + pll[1]) + (pll[2] + pll[3]);
     // Weighted error = sum(w x^2) - swlx^2 / swll at the best scale.
     if (swll > 0 && swlx * swlx / swll > best_gain) {
       best_gain = swlx * swlx / swll;
