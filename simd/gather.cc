@@ -1,0 +1,153 @@
+// Dispatch, argument checks and the scalar references for the gather
+// kernels.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "simd/gather.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "simd/gather-inl.h"
+#include "simd/gather.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sparrow::simd {
+namespace HWY_NAMESPACE {
+
+void DotRowsT(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
+              const GemvInput* x, size_t n, float* out, size_t out_stride) {
+  DotRowsImpl(type, rows, count, cols, x, n, out, out_stride);
+}
+
+void AxpyRowsT(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
+               const float* a, size_t a_stride, size_t n, float* y, size_t y_stride) {
+  AxpyRowsImpl(type, rows, count, cols, a, a_stride, n, y, y_stride);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace sparrow::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include <stdexcept>
+#include <vector>
+
+#include "base/error.h"
+#include "simd/quantize.h"
+
+namespace sparrow::simd {
+
+HWY_EXPORT(DotRowsT);
+HWY_EXPORT(AxpyRowsT);
+
+namespace {
+
+// Throws std::invalid_argument unless `type` has a gather kernel and `cols`
+// is a positive whole number of its blocks.
+void CheckRows(const char* what, TensorType type, size_t cols) {
+  if (!GatherSupports(type)) {
+    throw std::invalid_argument(
+        StrCat(what, ": no gather kernel for ", TensorTypeName(type)));
+  }
+  const uint32_t block = GetTensorTypeInfo(type).block_elems;
+  if (cols == 0 || cols % block != 0) {
+    throw std::invalid_argument(StrCat(what, ": rows of ", cols, " ", TensorTypeName(type),
+                                       " elements are not whole blocks of ", block));
+  }
+}
+
+void CheckStride(const char* what, size_t n, size_t stride, size_t width) {
+  if (n > 1 && stride < width) {
+    throw std::invalid_argument(
+        StrCat(what, ": stride ", stride, " is less than the row width ", width));
+  }
+}
+
+}  // namespace
+
+bool GatherSupports(TensorType type) {
+  switch (type) {
+    case TensorType::kF32:
+    case TensorType::kF16:
+    case TensorType::kBF16:
+    case TensorType::kQ8_0:
+    case TensorType::kQ4_0:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void DotRows(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
+             const GemvInput* x, size_t n, float* out, size_t out_stride) {
+  if (count == 0 || n == 0) return;
+  CheckRows("DotRows", type, cols);
+  CheckStride("DotRows", n, out_stride, count);
+  for (size_t t = 0; t < n; ++t) {
+    if (x[t].weight_type() != type || x[t].size() != cols) {
+      throw std::invalid_argument(StrCat(
+          "DotRows: input ", t, " prepared for ", TensorTypeName(x[t].weight_type()), " x ",
+          x[t].size(), ", used with ", TensorTypeName(type), " x ", cols));
+    }
+  }
+  HWY_DYNAMIC_DISPATCH(DotRowsT)(type, rows, count, cols, x, n, out, out_stride);
+}
+
+void AxpyRows(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
+              const float* a, size_t a_stride, size_t n, float* y, size_t y_stride) {
+  if (count == 0 || n == 0) return;
+  CheckRows("AxpyRows", type, cols);
+  CheckStride("AxpyRows", n, a_stride, count);
+  CheckStride("AxpyRows", n, y_stride, cols);
+  HWY_DYNAMIC_DISPATCH(AxpyRowsT)(type, rows, count, cols, a, a_stride, n, y, y_stride);
+}
+
+void DotRowsReference(TensorType type, const uint8_t* const* rows, size_t count,
+                      size_t cols, const float* x, size_t n, float* out,
+                      size_t out_stride) {
+  if (count == 0 || n == 0) return;
+  CheckRows("DotRowsReference", type, cols);
+  CheckStride("DotRowsReference", n, out_stride, count);
+  std::vector<float> w(cols);
+  for (size_t k = 0; k < count; ++k) {
+    DequantizeRowReference(type, rows[k], cols, w.data());
+    for (size_t t = 0; t < n; ++t) {
+      const float* xt = x + t * cols;
+      double sum = 0.0;
+      for (size_t i = 0; i < cols; ++i) sum += double(w[i]) * double(xt[i]);
+      out[t * out_stride + k] = static_cast<float>(sum);
+    }
+  }
+}
+
+void AxpyRowsReference(TensorType type, const uint8_t* const* rows, size_t count,
+                       size_t cols, const float* a, size_t a_stride, size_t n,
+                       float* y, size_t y_stride) {
+  if (count == 0 || n == 0) return;
+  CheckRows("AxpyRowsReference", type, cols);
+  CheckStride("AxpyRowsReference", n, a_stride, count);
+  CheckStride("AxpyRowsReference", n, y_stride, cols);
+  std::vector<double> acc(n * cols);
+  for (size_t t = 0; t < n; ++t) {
+    for (size_t i = 0; i < cols; ++i) acc[t * cols + i] = y[t * y_stride + i];
+  }
+  std::vector<float> w(cols);
+  for (size_t k = 0; k < count; ++k) {
+    bool needed = false;
+    for (size_t t = 0; t < n; ++t) needed = needed || a[t * a_stride + k] != 0.0f;
+    if (!needed) continue;
+    DequantizeRowReference(type, rows[k], cols, w.data());
+    for (size_t t = 0; t < n; ++t) {
+      const double coeff = a[t * a_stride + k];
+      if (coeff == 0.0) continue;
+      double* at = acc.data() + t * cols;
+      for (size_t i = 0; i < cols; ++i) at[i] += coeff * double(w[i]);
+    }
+  }
+  for (size_t t = 0; t < n; ++t) {
+    for (size_t i = 0; i < cols; ++i) y[t * y_stride + i] = static_cast<float>(acc[t * cols + i]);
+  }
+}
+
+}  // namespace sparrow::simd
+
+#endif  // HWY_ONCE

@@ -1,0 +1,61 @@
+// Products over a set of stored rows picked by pointer: the compacted unit
+// caches of a streamed model, where each cached record holds several parts
+// (gate, up, down rows; or dip columns) back to back and a token needs an
+// arbitrary subset of the records. Two shapes of work:
+//  - DotRows: one dot product per row (neuron layout's gate and up parts),
+//  - AxpyRows: a weighted sum of rows (down parts, dip columns).
+// Both take a batch of n tokens and read every row from memory once for the
+// whole batch (the row is then reused from cache for the other tokens).
+//
+// Rows may start at any byte address (records are packed, so a Q8_0 row
+// can start at an odd offset), come in any order and repeat. Kernels never
+// read past the last byte of a row. Threads are the caller's business: split
+// the row list and give each part its own output (see src/ops/row_ops.cc).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "formats/tensor_type.h"
+#include "simd/gemv.h"
+
+namespace sparrow::simd {
+
+// Types the gather kernels take: F32, F16, BF16, Q8_0, Q4_0.
+bool GatherSupports(TensorType type);
+
+// out[t * out_stride + k] = dot(rows[k], x[t]) for k < count, t < n.
+// Each row holds `cols` elements of `type`; x[0..n) were prepared for `type`
+// and `cols` (std::invalid_argument otherwise). Numerics: every result is
+// bit-for-bit what Gemv gives for that row and x[t] on the same SIMD target
+// (the same per-row operations in the same order; gather_test.cc checks it),
+// so a token's results do not depend on the batch it came in, on which other
+// rows were in the list, or on how a caller split the list.
+void DotRows(TensorType type, const uint8_t* const* rows, size_t count,
+             size_t cols, const GemvInput* x, size_t n, float* out,
+             size_t out_stride);
+
+// y[t * y_stride + i] += sum_k a[t * a_stride + k] * rows[k][i] for i < cols,
+// t < n. Rows whose coefficient is zero for a token contribute nothing to it
+// (a row whose coefficients are all zero is not read at all, so NaNs in it do
+// not spread). Numerics: each y element is updated by one multiply-add per
+// nonzero term, in row order, with the exactly dequantized weight (F16/BF16
+// promotion and d * q are exact in f32): on targets with fused multiply-add
+// the result is exactly the chain y = fma(a_k, w_k, y), elsewhere a multiply
+// and an add per term. It is the same for every n and batch composition
+// (gather_test.cc checks that bit for bit).
+void AxpyRows(TensorType type, const uint8_t* const* rows, size_t count,
+              size_t cols, const float* a, size_t a_stride, size_t n, float* y,
+              size_t y_stride);
+
+// Scalar references: rows dequantized to f32 (DequantizeRowReference), sums
+// in double, rounded to f32 once. x is n x cols (row-major) for DotRows.
+// AxpyRowsReference skips zero coefficients like AxpyRows.
+void DotRowsReference(TensorType type, const uint8_t* const* rows, size_t count,
+                      size_t cols, const float* x, size_t n, float* out,
+                      size_t out_stride);
+void AxpyRowsReference(TensorType type, const uint8_t* const* rows,
+                       size_t count, size_t cols, const float* a,
+                       size_t a_stride, size_t n, float* y, size_t y_stride);
+
+}  // namespace sparrow::simd
