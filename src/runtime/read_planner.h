@@ -49,9 +49,12 @@ class ReadPlanner {
   //
   // Staging layout: extents (runs of records merged by adjacency or gap)
   // in disk order, each starting at the next multiple of
-  // max(alignment, 64) bytes; the plan fits when the last extent ends
-  // within staging_bytes(). When the whole list does not fit, the count
-  // returned is a prefix length n that fits while n + 1 does not.
+  // max(alignment, 64) bytes. A plan fits when the sum of its extents'
+  // lengths, each rounded up to that multiple, is at most staging_bytes().
+  // Units are taken from the front of the list until the next one would
+  // not fit, so the count returned is a prefix length n that fits while
+  // n + 1 does not. Cost: one sort (skipped when the list is already in
+  // disk order) and about one bit-scan per unit.
   template <typename OffsetOf>
   size_t Plan(const std::vector<uint32_t>& units, uint32_t record_bytes,
               OffsetOf offset_of, std::vector<ReadOp>* ops,
@@ -66,18 +69,28 @@ class ReadPlanner {
   struct Item {
     uint64_t offset;
     uint32_t unit;
+    uint32_t index;  // position in the caller's list
   };
   size_t PlanSorted(std::vector<Item>& items, uint32_t record_bytes,
                     std::vector<ReadOp>* ops, std::vector<PlannedRecord>* records);
-  // Sorts the first `count` items into sorted_ and returns the staging
-  // bytes their plan needs; with `ops` non-null also emits the plan.
-  uint64_t Layout(const std::vector<Item>& items, size_t count, uint32_t record_bytes,
-                  std::vector<ReadOp>* ops, std::vector<PlannedRecord>* records);
+  // Emits the plan of the items marked in present_ (sorted_ order).
+  void Emit(uint32_t record_bytes, std::vector<ReadOp>* ops,
+            std::vector<PlannedRecord>* records);
+  // Marked positions of sorted_ nearest below / above `x`; -1 if none.
+  int64_t PrevMarked(size_t x) const;
+  int64_t NextMarked(size_t x) const;
+  void Mark(size_t x);
 
   ReadPlanOptions options_;
   AlignedBuffer<uint8_t> staging_;
-  std::vector<Item> items_;
-  std::vector<Item> sorted_;
+  std::vector<Item> items_;        // the caller's order
+  std::vector<Item> sorted_;       // disk order
+  std::vector<uint32_t> rank_;     // caller index -> position in sorted_
+  std::vector<uint64_t> present_;  // bit per sorted_ position: planned
+  std::vector<uint64_t> summary_;  // bit per present_ word: non-zero
+  // For the first planned position of an extent, its last; for the last,
+  // its first (entries inside an extent are stale and never read).
+  std::vector<uint32_t> mate_;
 };
 
 template <typename OffsetOf>
@@ -86,7 +99,9 @@ size_t ReadPlanner::Plan(const std::vector<uint32_t>& units,
                          std::vector<ReadOp>* ops,
                          std::vector<PlannedRecord>* records) {
   items_.clear();
-  for (uint32_t u : units) items_.push_back(Item{offset_of(u), u});
+  for (uint32_t u : units) {
+    items_.push_back(Item{offset_of(u), u, static_cast<uint32_t>(items_.size())});
+  }
   return PlanSorted(items_, record_bytes, ops, records);
 }
 
