@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <queue>
 
-#include "base/error.h"
 #include "src/tokenizer/tokenizer_impl.h"
 #include "src/tokenizer/unicode.h"
 
