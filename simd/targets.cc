@@ -32,6 +32,40 @@ namespace sparrow::simd {
 
 HWY_EXPORT(DispatchedTarget);
 
+namespace {
+
+// Highway 1.0.3 counts NEON as supported only with the AES extension, which
+// some Arm cores lack (Raspberry Pi 3 and 4): there it finds no usable
+// target, silently falls back to the compiler's baseline code and prints
+// "WARNING: CPU supports ..." on stderr at every detection. On such CPUs we
+// tell it what the CPU has instead (NEON is part of every AArch64 CPU, and
+// our kernels use no AES instructions). 0 elsewhere: Highway's detection is
+// right there, including the SVE vector-length variants.
+int64_t SupportedTargetsOverride() {
+#if defined(__aarch64__) && defined(__linux__)
+  static const int64_t bits = [] {
+    const unsigned long hw = getauxval(AT_HWCAP);
+    if (hw & (1UL << 3)) return int64_t{0};  // HWCAP_AES
+    int64_t t = HWY_NEON | HWY_SCALAR | HWY_EMU128;
+    if (hw & (1UL << 22)) t |= HWY_SVE;  // HWCAP_SVE
+    return t;
+  }();
+  return bits;
+#else
+  return 0;
+#endif
+}
+
+// Installed before main(), ahead of the first dynamic dispatch anywhere.
+[[maybe_unused]] const bool kOverrideInstalled = [] {
+  if (SupportedTargetsOverride() != 0) {
+    hwy::SetSupportedTargetsForTest(SupportedTargetsOverride());
+  }
+  return true;
+}();
+
+}  // namespace
+
 std::vector<Target> AvailableTargets() {
   std::vector<Target> out;
   // Highway's bits are ordered best (lowest bit) to worst.
@@ -52,7 +86,7 @@ std::string CurrentTargetName() {
 }
 
 void ForceTarget(int64_t bits) {
-  hwy::SetSupportedTargetsForTest(bits);
+  hwy::SetSupportedTargetsForTest(bits != 0 ? bits : SupportedTargetsOverride());
   // Make the next dispatch re-read the (mocked) supported set.
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
 }
@@ -60,16 +94,32 @@ void ForceTarget(int64_t bits) {
 void ApplyTargetFromEnvironment() {
   const char* wanted = std::getenv("SPARROW_SIMD_TARGET");
   if (wanted == nullptr || *wanted == '\0') return;
-  std::string names;
-  for (const Target& t : AvailableTargets()) {
-    if (t.name == wanted) {
-      ForceTarget(t.bits);
-      return;
+  const std::vector<Target> available = AvailableTargets();
+  int64_t keep = 0;
+  const std::string list = wanted;
+  for (size_t begin = 0; begin <= list.size();) {
+    size_t end = list.find(',', begin);
+    if (end == std::string::npos) end = list.size();
+    const std::string name = list.substr(begin, end - begin);
+    begin = end + 1;
+    bool found = false;
+    for (const Target& t : available) {
+      if (t.name == name) {
+        keep |= t.bits;
+        found = true;
+      }
     }
-    names += names.empty() ? t.name : " " + t.name;
+    if (!found) {
+      std::string names;
+      for (const Target& t : available) names += names.empty() ? t.name : " " + t.name;
+      ThrowInputError("SPARROW_SIMD_TARGET=", wanted, ": '", name,
+                      "' is not available here (available: ", names, ")");
+    }
   }
-  ThrowInputError("SPARROW_SIMD_TARGET=", wanted,
-                  " is not available here (available: ", names, ")");
+  // A mask rather than ForceTarget's mock: it lasts through ForEachTarget,
+  // which forces each allowed target in turn and then restores the default.
+  hwy::DisableTargets(~keep);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
 }
 
 std::string CpuFeatures() {

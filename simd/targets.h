@@ -20,8 +20,10 @@ std::vector<Target> AvailableTargets();
 std::string CurrentTargetName();
 // Restricts dispatch to `bits` (one target); 0 restores the default.
 void ForceTarget(int64_t bits);
-// Applies SPARROW_SIMD_TARGET=<name> if set; InputError for an unknown or
-// unavailable name. Called by the CLI at start-up.
+// Applies SPARROW_SIMD_TARGET=<name>[,<name>...] if set: only the named
+// targets are used from then on (dispatch picks the best of them, and
+// AvailableTargets/ForEachTarget see just them). InputError for an unknown or
+// unavailable name. Called by the CLI and the SIMD test runner at start-up.
 void ApplyTargetFromEnvironment();
 // CPU features relevant to our kernels, e.g. "avx2 avx512f avx512vnni".
 std::string CpuFeatures();

@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,7 +40,8 @@ TEST_CASE("CpuFeatures names something on every CPU we build for") {
 // Prints, after each test case, the targets its ForEachTarget calls ran on,
 // and at the end how many test cases covered every available target: the
 // per-target evidence CI logs show (most useful under qemu, where the set
-// depends on the emulated CPU).
+// depends on the emulated CPU). Registered in this file, so it runs in
+// simd_tests.
 struct TargetsListener : public doctest::IReporter {
   explicit TargetsListener(const doctest::ContextOptions&) {}
 
@@ -67,8 +70,17 @@ struct TargetsListener : public doctest::IReporter {
     std::fflush(stdout);
   }
 
+  // SPARROW_SIMD_TARGET=A,B limits the run to those targets, e.g. to test
+  // one SVE flavour per vector length under a slow emulator.
+  void test_run_start() override {
+    try {
+      ApplyTargetFromEnvironment();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      std::exit(2);
+    }
+  }
   void report_query(const doctest::QueryData&) override {}
-  void test_run_start() override {}
   void test_case_reenter(const doctest::TestCaseData&) override {}
   void test_case_exception(const doctest::TestCaseException&) override {}
   void subcase_start(const doctest::SubcaseSignature&) override {}
