@@ -32,7 +32,9 @@ int SynthCommand(int argc, char** argv) {
   if (!Parse(options, argc, argv, &args)) return 0;
   SynthSpec spec;
   const std::string output = Require(args, "output");
-  for (const char* name : {"dim", "ffn", "layers", "heads", "vocab", "type"}) Require(args, name);
+  for (const char* name : {"dim", "ffn", "layers", "heads", "vocab", "type"}) {
+    if (!args.count(name)) ThrowInputError("missing required option --", name);
+  }
   spec.dim = args["dim"].as<uint32_t>();
   spec.ffn = args["ffn"].as<uint32_t>();
   spec.layers = args["layers"].as<uint32_t>();
