@@ -94,6 +94,21 @@ TEST_CASE("reader: a hand-built file of every value type reads back exactly") {
   CHECK(file.GetStringArray("absent").empty());
 }
 
+TEST_CASE("reader: arrays nested to the depth limit are accepted") {
+  Bytes deep = EncArray(kTU8, 1, Bytes{42});
+  for (uint32_t level = 1; level < gguf::kMaxArrayDepth; ++level) deep = EncArray(kTArray, 1, deep);
+  RawFile f;
+  f.kvs = {{"deep", kTArray, deep}};
+  const GgufFile file = GgufFile::FromBytes(f.Build(), "deep.gguf");
+  const gguf::Value* v = file.Find("deep");
+  for (uint32_t level = 1; level < gguf::kMaxArrayDepth; ++level) {
+    REQUIRE(v->AsArray() != nullptr);
+    CHECK(v->AsArray()->element_type == ValueType::kArray);
+    v = &v->AsArray()->elements.at(0);
+  }
+  CHECK(v->AsArray()->elements.at(0).AsUInt() == 42u);
+}
+
 TEST_CASE("reader: typed lookups reject the wrong type with the key in the message") {
   RawFile f;
   f.kvs = {{"k.u32", kTU32, EncU32(5)},
