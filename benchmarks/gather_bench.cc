@@ -1,0 +1,364 @@
+// Gather-kernel micro-benchmark: bandwidth of simd::DotRows and
+// simd::AxpyRows over the rows of a compacted neuron cache, as GB/s of row
+// bytes streamed and as a percentage of a stream-read probe
+// (stream_probe.h) run in the same process just before, with the same
+// thread count.
+//
+// The cache is shaped like the neuron layout's: `count` records of three
+// parts [gate | up | down], each d_model elements of the record type, packed
+// back to back. DotRows reads the gate part of each selected record (as the
+// gate projection does), AxpyRows the down part (the down projection). The
+// selection is either every record in order or a random quarter of them in
+// random order (a token's working set in a cache that is not ordered by
+// need). Each repetition uses another copy of the cache, the copies
+// together being several times the last-level cache, so rows come from DRAM.
+// One repetition is what src/ops/row_ops.cc does for one call: prepare the
+// activations (DotRows), split the row list over ParallelFor, and for
+// AxpyRows accumulate into per-thread buffers that are summed in order.
+//
+//   gather_bench [--types q8_0,q4_0,f16,f32] [--shapes 2048x5632,4096x11008]
+//                [--threads 1,2] [--tokens 1] [--reps 15] [--rotate-mib 768]
+//                [--probe-mib 1024]
+//
+// Shapes are D_MODELxCOUNT. With --tokens N > 1 the figures are for a
+// prompt batch (each row read once for all N tokens; compute-bound).
+
+#include <cxxopts.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/error.h"
+#include "base/timer.h"
+#include "benchmarks/stream_probe.h"
+#include "formats/tensor_type.h"
+#include "simd/gather.h"
+#include "simd/gemv.h"
+#include "simd/quantize.h"
+#include "simd/targets.h"
+#include "simd/vector_ops.h"
+#include "src/threads.h"
+
+namespace sparrow::bench {
+namespace {
+
+struct Shape {
+  size_t d_model, count;
+};
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, sep)) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+Shape ParseShape(const std::string& s) {
+  const size_t x = s.find('x');
+  char* end = nullptr;
+  Shape shape{};
+  if (x != std::string::npos) {
+    shape.d_model = std::strtoull(s.c_str(), &end, 10);
+    const bool first_ok = end == s.c_str() + x;
+    shape.count = std::strtoull(s.c_str() + x + 1, &end, 10);
+    if (first_ok && *end == '\0' && shape.d_model > 0 && shape.count > 0) return shape;
+  }
+  ThrowInputError("bad shape '", s, "' (want D_MODELxCOUNT, e.g. 4096x11008)");
+}
+
+std::string LoadAverage() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  if (!(f >> a >> b >> c)) return "unknown";
+  return a + " " + b + " " + c;
+}
+
+// `copies` identical caches of `count` records in one allocation. Records
+// cycle through a few distinct random ones (the kernels' speed does not
+// depend on the values).
+struct Caches {
+  AlignedBuffer<uint8_t> data;
+  size_t part_bytes = 0, record_bytes = 0, cache_bytes = 0, copies = 0;
+  const uint8_t* copy(size_t i) const { return data.data() + (i % copies) * cache_bytes; }
+};
+
+Caches MakeCaches(TensorType type, Shape shape, size_t rotate_bytes, std::mt19937& rng) {
+  Caches c;
+  uint64_t part = 0;
+  if (!TensorTypeBytes(type, shape.d_model, &part)) {
+    ThrowInputError(shape.d_model, " is not a whole number of ", TensorTypeName(type), " blocks");
+  }
+  c.part_bytes = part;
+  c.record_bytes = 3 * c.part_bytes;
+  c.cache_bytes = c.record_bytes * shape.count;
+  c.copies = std::max<size_t>(2, (rotate_bytes + c.cache_bytes - 1) / c.cache_bytes);
+  c.data.Reset(c.copies * c.cache_bytes, 4096);
+  constexpr size_t kDistinct = 31;
+  std::vector<uint8_t> records(kDistinct * c.record_bytes);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> values(shape.d_model);
+  for (size_t r = 0; r < 3 * kDistinct; ++r) {
+    for (float& v : values) v = normal(rng);
+    simd::QuantizeRow(type, values.data(), shape.d_model, records.data() + r * c.part_bytes);
+  }
+  for (size_t r = 0; r < shape.count; ++r) {
+    std::memcpy(c.data.data() + r * c.record_bytes,
+                records.data() + (r % kDistinct) * c.record_bytes, c.record_bytes);
+  }
+  for (size_t i = 1; i < c.copies; ++i) {
+    std::memcpy(c.data.data() + i * c.cache_bytes, c.data.data(), c.cache_bytes);
+  }
+  return c;
+}
+
+// Rows per ParallelFor grain: at least ~64 KiB of row data per chunk.
+size_t Grain(size_t row_bytes) { return std::max<size_t>(4, (64 * 1024) / row_bytes); }
+
+// One DotRows call as the ops layer makes it.
+void Dots(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols,
+          const float* x, size_t n, std::vector<simd::GemvInput>& inputs, float* out,
+          size_t row_bytes) {
+  for (size_t t = 0; t < n; ++t) inputs[t].Prepare(type, x + t * cols, cols);
+  const size_t count = rows.size();
+  ParallelFor(count, Grain(row_bytes), [&](size_t begin, size_t end, int) {
+    simd::DotRows(type, rows.data() + begin, end - begin, cols, inputs.data(), n,
+                  out + begin, count);
+  });
+}
+
+// One AxpyRows call as the ops layer makes it: thread 0 adds into y, the
+// others into zeroed buffers that are then added to y in thread order.
+void Axpys(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols,
+           const float* a, size_t n, AlignedBuffer<float>& partial, float* y,
+           size_t row_bytes) {
+  const size_t count = rows.size();
+  const int threads = ThreadCount();
+  std::vector<char> used(threads, 0);
+  ParallelFor(count, Grain(row_bytes), [&](size_t begin, size_t end, int thread) {
+    float* acc = y;
+    if (thread != 0) {
+      acc = partial.data() + static_cast<size_t>(thread - 1) * n * cols;
+      std::fill(acc, acc + n * cols, 0.0f);
+      used[thread] = 1;
+    }
+    simd::AxpyRows(type, rows.data() + begin, end - begin, cols, a + begin, count, n, acc,
+                   cols);
+  });
+  for (int t = 1; t < threads; ++t) {
+    if (used[t]) simd::AddInPlace(partial.data() + static_cast<size_t>(t - 1) * n * cols, y, n * cols);
+  }
+}
+
+struct Result {
+  std::string type, kernel, selection;
+  Shape shape;
+  int threads;
+  size_t tokens;
+  double mb, ms, gbs, best_gbs, probe_gbs;
+};
+
+int Main(int argc, char** argv) {
+  cxxopts::Options options("gather_bench",
+                           "DotRows/AxpyRows row bandwidth over a neuron-layout cache, "
+                           "and as a percentage of a stream-read probe.");
+  options.add_options()
+      ("types", "Record types", cxxopts::value<std::string>()->default_value("q8_0,q4_0,f16,f32"))
+      ("shapes", "Shapes D_MODELxCOUNT",
+       cxxopts::value<std::string>()->default_value("2048x5632,4096x11008"))
+      ("threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))
+      ("tokens", "Tokens per call (batch)", cxxopts::value<size_t>()->default_value("1"))
+      ("kernels", "dot,axpy", cxxopts::value<std::string>()->default_value("dot,axpy"))
+      ("reps", "Timed repetitions per case (median reported)",
+       cxxopts::value<int>()->default_value("15"))
+      ("rotate-mib", "Total size of the cache copies that repetitions rotate through",
+       cxxopts::value<size_t>()->default_value("768"))
+      ("probe-mib", "Stream probe buffer size", cxxopts::value<size_t>()->default_value("1024"))
+      ("probe-reps", "Stream probe repetitions", cxxopts::value<int>()->default_value("5"))
+      ("h,help", "Show this help");
+  const auto opts = options.parse(argc, argv);
+  if (opts.count("help")) {
+    std::cout << options.help() << "\n";
+    return 0;
+  }
+  std::vector<TensorType> types;
+  for (const std::string& name : Split(opts["types"].as<std::string>(), ',')) {
+    const auto t = ParseTensorType(name);
+    if (!t || !simd::GatherSupports(*t)) ThrowInputError("no gather kernel for type '", name, "'");
+    types.push_back(*t);
+  }
+  std::vector<Shape> shapes;
+  for (const std::string& s : Split(opts["shapes"].as<std::string>(), ',')) {
+    shapes.push_back(ParseShape(s));
+  }
+  std::vector<int> thread_counts;
+  for (const std::string& s : Split(opts["threads"].as<std::string>(), ',')) {
+    const int t = std::atoi(s.c_str());
+    if (t <= 0) ThrowInputError("bad thread count '", s, "'");
+    thread_counts.push_back(t);
+  }
+  bool run_dot = false, run_axpy = false;
+  for (const std::string& k : Split(opts["kernels"].as<std::string>(), ',')) {
+    if (k == "dot") {
+      run_dot = true;
+    } else if (k == "axpy") {
+      run_axpy = true;
+    } else {
+      ThrowInputError("unknown kernel '", k, "' (want dot, axpy)");
+    }
+  }
+  const size_t n = std::max<size_t>(1, opts["tokens"].as<size_t>());
+  const int reps = std::max(1, opts["reps"].as<int>());
+  const size_t rotate_bytes = opts["rotate-mib"].as<size_t>() << 20;
+  const size_t probe_bytes = opts["probe-mib"].as<size_t>() << 20;
+  const int probe_reps = opts["probe-reps"].as<int>();
+
+  std::printf("SIMD target: %s (cpu: %s)\n", simd::CurrentTargetName().c_str(),
+              simd::CpuFeatures().c_str());
+  std::printf("load average at start: %s\n", LoadAverage().c_str());
+  std::printf("tokens per call: %zu; median of %d repetitions; caches rotate through >= %zu MiB "
+              "of copies; probe: %zu MiB, median of %d\n\n",
+              n, reps, rotate_bytes >> 20, probe_bytes >> 20, probe_reps);
+
+  std::mt19937 rng(42);
+  std::vector<Result> table;
+  for (TensorType type : types) {
+    for (Shape shape : shapes) {
+      const Caches caches = MakeCaches(type, shape, rotate_bytes, rng);
+      const size_t cols = shape.d_model;
+      // Selections: all records in order; a random quarter in random order.
+      std::vector<size_t> all(shape.count);
+      std::iota(all.begin(), all.end(), size_t{0});
+      std::vector<size_t> quarter = all;
+      std::shuffle(quarter.begin(), quarter.end(), rng);
+      quarter.resize(std::max<size_t>(1, shape.count / 4));
+      const std::pair<const char*, const std::vector<size_t>*> selections[] = {
+          {"all, in order", &all}, {"25%, random order", &quarter}};
+
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> x(n * cols);
+      for (float& v : x) v = normal(rng);
+      std::vector<float> coeff(n * shape.count);
+      for (float& v : coeff) {
+        v = normal(rng);
+        if (v == 0.0f) v = 0.5f;  // every row is used
+      }
+      std::vector<float> out(n * shape.count), y(n * cols);
+      std::vector<simd::GemvInput> inputs(n);
+      AlignedBuffer<float> partial;
+
+      for (int threads : thread_counts) {
+        SetThreadCount(threads);
+        if (static_cast<size_t>(threads - 1) * n * cols > partial.size()) {
+          partial.Reset(static_cast<size_t>(threads - 1) * n * cols);
+        }
+        for (int kernel = 0; kernel < 2; ++kernel) {
+          if ((kernel == 0 && !run_dot) || (kernel == 1 && !run_axpy)) continue;
+          const size_t part = kernel == 0 ? 0 : 2;  // gate or down
+          for (const auto& [label, picked] : selections) {
+            auto rows_of = [&](size_t copy) {
+              std::vector<const uint8_t*> rows(picked->size());
+              for (size_t k = 0; k < rows.size(); ++k) {
+                rows[k] = caches.copy(copy) + (*picked)[k] * caches.record_bytes +
+                          part * caches.part_bytes;
+              }
+              return rows;
+            };
+            const size_t count = picked->size();
+            auto run = [&](const std::vector<const uint8_t*>& rows) {
+              if (kernel == 0) {
+                Dots(type, rows, cols, x.data(), n, inputs, out.data(), caches.part_bytes);
+              } else {
+                Axpys(type, rows, cols, coeff.data(), n, partial, y.data(), caches.part_bytes);
+              }
+            };
+            // Sanity check on the first rows before timing anything.
+            {
+              const std::vector<const uint8_t*> rows = rows_of(0);
+              const size_t check = std::min<size_t>(count, 8);
+              std::vector<const uint8_t*> few(rows.begin(), rows.begin() + check);
+              std::vector<float> got(check), ref(check), w(cols);
+              simd::GemvInput in;
+              in.Prepare(type, x.data(), cols);
+              simd::DotRows(type, few.data(), check, cols, &in, 1, got.data(), check);
+              simd::DotRowsReference(type, few.data(), check, cols, x.data(), 1, ref.data(), check);
+              for (size_t k = 0; k < check; ++k) {
+                simd::DequantizeRowReference(type, few[k], cols, w.data());
+                double magnitude = 0;
+                for (size_t i = 0; i < cols; ++i) magnitude += std::fabs(double(w[i]) * x[i]);
+                if (!(std::fabs(double(got[k]) - ref[k]) <= 1e-4 * magnitude)) {
+                  std::fprintf(stderr, "gather_bench: DotRows row %zu: got %g, reference %g\n", k,
+                               got[k], ref[k]);
+                  return 1;
+                }
+              }
+            }
+            run(rows_of(0));  // warm-up (thread pool, buffers)
+            std::vector<double> seconds;
+            const StreamResult probe = MeasureStreamRead(probe_bytes, probe_reps);
+            for (int r = 0; r < reps; ++r) {
+              const std::vector<const uint8_t*> rows = rows_of(static_cast<size_t>(r) + 1);
+              std::fill(y.begin(), y.end(), 0.0f);
+              const double start = NowSeconds();
+              run(rows);
+              seconds.push_back(NowSeconds() - start);
+            }
+            std::sort(seconds.begin(), seconds.end());
+            const double median = seconds[seconds.size() / 2];
+            const double bytes = static_cast<double>(count * caches.part_bytes);
+            Result res{std::string(TensorTypeName(type)), kernel == 0 ? "DotRows" : "AxpyRows",
+                       label, shape, threads, n, bytes / 1e6, median * 1e3,
+                       bytes / median / 1e9, bytes / seconds.front() / 1e9, probe.gb_per_s};
+            std::fprintf(stderr, "%-5s %-8s %4zux%-5zu %-18s t=%d: %6.2f GB/s (probe %.2f, %.0f%%)\n",
+                         res.type.c_str(), res.kernel.c_str(), shape.d_model, shape.count, label,
+                         threads, res.gbs, res.probe_gbs, 100 * res.gbs / res.probe_gbs);
+            table.push_back(res);
+          }
+        }
+      }
+    }
+  }
+
+  std::printf("| type | kernel | d_model x rows | selection | threads | row MB | median ms | "
+              "GB/s | best GB/s | probe GB/s | %% of probe |\n");
+  std::printf("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Result& r : table) {
+    std::printf("| %s | %s | %zux%zu | %s | %d | %.1f | %.3f | %.2f | %.2f | %.2f | %.0f%% |\n",
+                r.type.c_str(), r.kernel.c_str(), r.shape.d_model, r.shape.count,
+                r.selection.c_str(), r.threads, r.mb, r.ms, r.gbs, r.best_gbs, r.probe_gbs,
+                100 * r.gbs / r.probe_gbs);
+  }
+  if (n > 1) {
+    std::printf("\n(batch of %zu tokens: multiply GB/s by %zu for the multiply-adds' weight "
+                "throughput)\n", n, n);
+  }
+  std::printf("\nload average at end: %s\n", LoadAverage().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace sparrow::bench
+
+int main(int argc, char** argv) {
+  try {
+    return sparrow::bench::Main(argc, argv);
+  } catch (const sparrow::InputError& e) {
+    std::fprintf(stderr, "gather_bench: %s\n", e.what());
+    return 2;
+  } catch (const cxxopts::exceptions::exception& e) {
+    std::fprintf(stderr, "gather_bench: %s\n", e.what());
+    return 2;
+  }
+}
