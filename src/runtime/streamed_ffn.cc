@@ -24,8 +24,19 @@ uint32_t MaxRecordBytes(const bundle::Bundle& b) {
 }
 
 uint64_t StagingBytes(const bundle::Bundle& b, const StreamConfig& s) {
-  // At least two of the largest records plus O_DIRECT alignment slack.
-  return std::max<uint64_t>(s.staging_bytes, 2ull * MaxRecordBytes(b) + 3 * 4096);
+  // Up to the configured size, but no more than 1/16 of the streamed
+  // weights (a small model needs little), and at least two of the largest
+  // records plus O_DIRECT alignment slack.
+  uint64_t ffn = 0;
+  for (const bundle::UnitGroup& g : b.groups()) ffn += g.section_bytes();
+  const uint64_t floor = 2ull * MaxRecordBytes(b) + 3 * 4096;
+  return std::max<uint64_t>(floor, std::min<uint64_t>(s.staging_bytes, ffn / 16));
+}
+
+// Rows, maps and the eviction policy's per-unit records of one group.
+uint64_t GroupBytes(const bundle::UnitGroup& g, EvictionKind kind, uint32_t capacity) {
+  return UnitCache::MemoryBytes(g.n_units, g.payload_bytes, capacity) +
+         EvictionPolicyMemoryBytes(kind, g.n_units) + uint64_t{g.n_units} * sizeof(uint32_t);
 }
 
 // Per-thread partial sums of RowAxpys plus the batched-matmul panel.
@@ -41,7 +52,7 @@ uint64_t StreamedFeedForward::MinimumBytes(const bundle::Bundle& b, const Stream
   uint64_t bytes = StagingBytes(b, s);
   uint32_t padded_ff = c.d_ff;
   for (const bundle::UnitGroup& g : b.groups()) {
-    bytes += uint64_t{std::min(kMinRowsPerGroup, g.n_units)} * g.payload_bytes;
+    bytes += GroupBytes(g, s.eviction, std::min(kMinRowsPerGroup, g.n_units));
     if (g.kind == bundle::RecordKind::kDipInput) padded_ff = g.part_padded_elems;
   }
   bytes += KernelScratchBytes(c, padded_ff, max_batch);
@@ -70,8 +81,10 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
 
   uint32_t padded_ff = config.d_ff;
   uint64_t full_bytes = 0;
+  uint64_t fixed_group_bytes = 0;  // maps and policy records: paid whatever the capacity
   for (const bundle::UnitGroup& g : bundle.groups()) {
     full_bytes += uint64_t{g.n_units} * g.payload_bytes;
+    fixed_group_bytes += GroupBytes(g, stream.eviction, 0);
     if (g.kind == bundle::RecordKind::kDipInput) padded_ff = g.part_padded_elems;
   }
   budget.Charge(KernelScratchBytes(config, padded_ff, max_batch), "kernel scratch", minimum_hint);
@@ -83,7 +96,8 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
   double fraction = 1.0;
   if (!budget.unlimited()) {
     const uint64_t remaining = budget.remaining();
-    const uint64_t for_caches = remaining > act_reserve ? remaining - act_reserve : 0;
+    const uint64_t reserve = act_reserve + fixed_group_bytes;
+    const uint64_t for_caches = remaining > reserve ? remaining - reserve : 0;
     fraction = std::min(1.0, static_cast<double>(for_caches) / static_cast<double>(full_bytes));
   }
   group_index_.assign(static_cast<size_t>(config.n_layers) * kKinds, -1);
@@ -91,7 +105,7 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
   for (const bundle::UnitGroup& g : bundle.groups()) {
     uint32_t capacity = static_cast<uint32_t>(fraction * g.n_units);
     capacity = std::clamp(capacity, std::min(kMinRowsPerGroup, g.n_units), g.n_units);
-    budget.Charge(uint64_t{capacity} * g.payload_bytes,
+    budget.Charge(GroupBytes(g, stream.eviction, capacity),
                   StrCat("unit cache (layer ", g.layer, " ", bundle::RecordKindName(g.kind), ")"),
                   minimum_hint);
     Group group;
@@ -133,6 +147,13 @@ StreamedFeedForward::Group& StreamedFeedForward::GroupFor(uint32_t layer, bundle
   return groups_[index];
 }
 
+void StreamedFeedForward::Evict(Group& g, const std::vector<uint32_t>& units, TokenStats& ts) {
+  if (units.empty()) return;
+  g.cache->RemoveMany(units);
+  for (uint32_t u : units) g.eviction->OnRemove(u);
+  ts.units_evicted += units.size();
+}
+
 void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& need, const UseFn& use) {
   TokenStats& ts = stats_.current();
   UnitCache& cache = *g.cache;
@@ -150,12 +171,11 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
   expired_.clear();
   candidates_.assign(cache.units_by_row().begin(), cache.units_by_row().begin() + cache.size());
   g.eviction->Expired(candidates_, &expired_);
+  victims_.clear();
   for (uint32_t u : expired_) {
-    if (g.need_stamp[u] == stamp_ || !cache.Contains(u)) continue;
-    cache.Remove(u);
-    g.eviction->OnRemove(u);
-    ++ts.units_evicted;
+    if (g.need_stamp[u] != stamp_ && cache.Contains(u)) victims_.push_back(u);
   }
+  Evict(g, victims_, ts);
 
   rows_.clear();
   misses_.clear();
@@ -195,25 +215,15 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
         const uint32_t u = cache.UnitAt(row);
         if (g.need_stamp[u] != stamp_) candidates_.push_back(u);
       }
-      victims_.clear();
       g.eviction->ChooseVictims(candidates_, want - room, &victims_);
-      for (uint32_t u : victims_) {
-        cache.Remove(u);
-        g.eviction->OnRemove(u);
-        ++ts.units_evicted;
-      }
+      Evict(g, victims_, ts);
       room = cache.capacity() - cache.size();
       if (room == 0) {
         // The pass needs more units than the cache holds: everything cached
         // has been used already, so make room among those.
         candidates_.assign(cache.units_by_row().begin(), cache.units_by_row().begin() + cache.size());
-        victims_.clear();
         g.eviction->ChooseVictims(candidates_, std::min<size_t>(want, cache.capacity()), &victims_);
-        for (uint32_t u : victims_) {
-          cache.Remove(u);
-          g.eviction->OnRemove(u);
-          ++ts.units_evicted;
-        }
+        Evict(g, victims_, ts);
         room = cache.capacity() - cache.size();
       }
       if (room == 0) ThrowInputError("internal: eviction freed no room in the unit cache");

@@ -71,6 +71,7 @@ class StreamedFeedForward : public FeedForward {
   // on runs of cached rows, each needed unit exactly once.
   using UseFn = std::function<void(const std::vector<uint32_t>& rows)>;
   void StreamGroup(Group& g, const std::vector<uint32_t>& need, const UseFn& use);
+  void Evict(Group& g, const std::vector<uint32_t>& units, TokenStats& ts);
   void ForwardNeuron(uint32_t layer, const float* x, size_t n, float* out);
   void ForwardDip(uint32_t layer, const float* x, size_t n, float* out);
   Group& GroupFor(uint32_t layer, bundle::RecordKind kind);
