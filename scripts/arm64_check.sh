@@ -1,0 +1,254 @@
+#!/bin/bash
+# Cross-builds Sparrow for 64-bit Arm Linux (aarch64) on a Debian bookworm
+# x86-64 machine and runs it under qemu-user on emulated CPUs with and
+# without SVE, so that every Highway target the compiler builds for Arm is
+# executed, at several SVE vector lengths:
+#   - the SIMD unit tests (each kernel on every target the CPU offers, via
+#     ForEachTarget) and the format, tokenizer and engine unit tests;
+#   - greedy stories260K generation with each target forced in turn
+#     (SPARROW_SIMD_TARGET), compared byte for byte with the x86 reference.
+# Installs what is missing (root; one apt-get update), builds into
+# build-arm64 (release, oneDNN off: see below), exits non-zero on any failure.
+#
+# Environment: ARM64_BUILD_DIR (default build-arm64), SPARROW_SHARED_DIR
+# (default ../shared), ARM64_JOBS (ninja -j; default: all cores).
+#
+# Why oneDNN is off: Debian's libdnnl-dev:arm64 cannot be installed beside
+# libdnnl-dev:amd64 (both ship /usr/include/oneapi/dnnl/dnnl_config.h with
+# different contents although marked Multi-Arch: same), and phones (Termux)
+# have no oneDNN either. Without it prompt batches run through the same
+# Highway GEMV kernels as decoding, so every kernel is exercised per target.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+start=$SECONDS
+stage() { printf '\n=== arm64: %s (%d s elapsed)\n' "$1" $((SECONDS - start)); }
+
+build=${ARM64_BUILD_DIR:-build-arm64}
+shared=${SPARROW_SHARED_DIR:-$repo/../shared}
+shared=$(cd "$shared" && pwd)
+jobs=${ARM64_JOBS:-$(nproc)}
+model=$shared/models/stories260K.gguf
+reference=$shared/reference/stories260K_greedy_200.txt
+for f in "$model" "$reference"; do
+  [ -f "$f" ] || { echo "arm64_check: fixture $f is missing" >&2; exit 1; }
+done
+
+# --- 1. Packages ------------------------------------------------------------
+stage "packages"
+# :arm64 libraries are Multi-Arch: same, so they install beside the amd64
+# ones; apt upgrades an amd64 package when its arm64 twin must match a newer
+# version. Header-only packages (cxxopts, doctest) are architecture: all.
+packages=(g++-aarch64-linux-gnu qemu-user pkg-config cmake meson ninja-build
+          libhwy-dev:arm64 libgomp1:arm64 liburing-dev:arm64
+          libcxxopts-dev doctest-dev)
+installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
+missing=()
+for p in "${packages[@]}"; do installed "$p" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "arm64_check: missing packages (run as root to install): ${missing[*]}" >&2
+    exit 1
+  fi
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    dpkg --add-architecture arm64
+  fi
+  echo "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+qemu-aarch64 --version | head -n 1
+
+# --- 2. Cross build ---------------------------------------------------------
+stage "cross build ($build)"
+if [ ! -f "$build/build.ninja" ]; then
+  meson setup "$build" --cross-file scripts/cross/aarch64-linux-gnu.ini \
+    --buildtype=release -Donednn=disabled -Dtests=enabled
+fi
+unit_tests=(formats_tests tokenizer_tests engine_tests)
+meson compile -C "$build" -j "$jobs" sparrow simd_tests "${unit_tests[@]}"
+# Where Meson put an executable target.
+exe() {
+  meson introspect "$build" --targets | python3 -c '
+import json, sys
+for t in json.load(sys.stdin):
+    if t["name"] == sys.argv[1] and t["type"] == "executable":
+        print(t["filename"][0])
+        break
+else:
+    sys.exit("no executable target " + sys.argv[1])
+' "$1"
+}
+sparrow=$(exe sparrow)
+simd_tests=$(exe simd_tests)
+aarch64-linux-gnu-readelf -h "$sparrow" | grep -E 'Class|Machine' || true
+
+# --- 3. Emulated CPUs -------------------------------------------------------
+# name | qemu -cpu | Highway targets that must be available there, best first
+#      | targets simd_tests runs there ("all", or a list; "-": none).
+# SVE code must not depend on the vector length, so SVE and SVE2 run at 128,
+# 256, 512 and 2048 bits; SVE_256 and SVE2_128 are Highway's fixed-length
+# variants, offered only where the length matches. a64fx has SVE without
+# SVE2. qemu emulates SVE loads and stores of more than 128 bits slowly
+# (about 5x per element), so beyond 128 bits the unit tests run one SVE
+# flavour per length; the greedy runs still cover every target at every one.
+cpus=(
+  "neon|neoverse-n1|NEON|all"
+  "sve128|max,sve-default-vector-length=16|SVE2_128 SVE2 SVE NEON|all"
+  "sve256|max,sve-default-vector-length=32|SVE_256 SVE2 SVE NEON|SVE_256"
+  "sve512|max,sve-default-vector-length=64|SVE2 SVE NEON|SVE"
+  "sve2048|max,sve-default-vector-length=256|SVE2 SVE NEON|SVE2"
+  "a64fx|a64fx|SVE NEON|-"
+)
+
+passed=0
+failed=0
+failures=()
+ok() { passed=$((passed + 1)); echo "PASS: $1"; }
+bad() { failed=$((failed + 1)); failures+=("$1"); echo "FAIL: $1"; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# Tests that spawn `sparrow` exec a script, which runs it under qemu too
+# (no binfmt_misc needed).
+cat >"$work/sparrow" <<EOF
+#!/bin/sh
+exec qemu-aarch64 -cpu max "$sparrow" "\$@"
+EOF
+chmod +x "$work/sparrow"
+export SPARROW_SHARED_DIR=$shared SPARROW_BIN=$work/sparrow
+
+# Runs simd_tests on one emulated CPU, limited to `targets` ("all": every
+# one there); checks that it passes, that it ran exactly those targets, and
+# that every per-target test case ran on all of them (the listener in
+# simd/targets_test.cc prints both).
+run_simd_tests() {
+  local name=$1 cpu=$2 expected=$3 targets=$4
+  local log=$work/simd-$name.log
+  local only=""
+  if [ "$targets" != all ]; then
+    only=${targets// /,}
+    expected=$targets
+  fi
+  local rc=0
+  SPARROW_SIMD_TARGET=$only timeout 1200 qemu-aarch64 -cpu "$cpu" "$simd_tests" >"$log" 2>&1 || rc=$?
+  grep -E '^\[targets\] available:|^\[doctest\] (test cases|assertions)' "$log" |
+    sed "s/^/  [$name] /" || true
+  if [ $rc -ne 0 ]; then
+    grep -E 'ERROR|FAIL|values:|  [A-Za-z_.]+ := ' "$log" | head -n 40 || true
+    tail -n 5 "$log"
+    bad "simd_tests on $name ($cpu): exit $rc"
+    return
+  fi
+  local summary
+  summary=$(grep '^\[targets\] available:' "$log" | tail -n 1 || true)
+  local got
+  got=$(sed -n 's/^\[targets\] available: \(.*\) (cpu: .*/\1/p' <<<"$summary")
+  if [ "$got" != "$expected" ]; then
+    bad "simd_tests on $name: targets '$got', expected '$expected'"
+    return
+  fi
+  local all total
+  all=$(sed -n 's/.*; \([0-9]*\) of \([0-9]*\) per-target.*/\1/p' <<<"$summary")
+  total=$(sed -n 's/.*; \([0-9]*\) of \([0-9]*\) per-target.*/\2/p' <<<"$summary")
+  if [ -z "$total" ] || [ "$total" -eq 0 ] || [ "$all" != "$total" ]; then
+    bad "simd_tests on $name: only $all of $total per-target test cases ran on every target"
+    grep '^\[targets\]' "$log" | grep -v "^\[targets\] $expected :" | head -n 20 || true
+    return
+  fi
+  ok "simd_tests on $name: $total per-target test cases x {$got}"
+}
+
+# Greedy generation with dispatch forced to `target` (empty: Highway's own
+# choice); the text must equal the x86 reference, trailing white space aside.
+run_greedy() {
+  local name=$1 cpu=$2 target=$3
+  local label="greedy stories260K on $name, target ${target:-default}"
+  local out=$work/greedy-$name-${target:-default}
+  local rc=0
+  SPARROW_SIMD_TARGET=$target timeout 600 qemu-aarch64 -cpu "$cpu" "$sparrow" run \
+    -m "$model" -p "Once upon a time" -n 200 --temp 0 >"$out.txt" 2>"$out.err" || rc=$?
+  if [ $rc -ne 0 ]; then
+    bad "$label: exit $rc: $(tail -n 3 "$out.err")"
+    return
+  fi
+  if diff <(sed 's/[[:space:]]*$//' "$out.txt") <(sed 's/[[:space:]]*$//' "$reference") >"$out.diff"; then
+    ok "$label ($(tail -n 1 "$out.err"))"
+  else
+    bad "$label: output differs from the x86 reference"
+    head -n 20 "$out.diff" || true
+  fi
+}
+
+stage "sparrow info on each CPU"
+for entry in "${cpus[@]}"; do
+  IFS='|' read -r name cpu expected _ <<<"$entry"
+  info=$(timeout 300 qemu-aarch64 -cpu "$cpu" "$sparrow" info -m "$model" 2>&1) || {
+    bad "sparrow info on $name: $(tail -n 1 <<<"$info")"; continue; }
+  grep -E 'cpu features|simd targets' <<<"$info" | sed "s/^ */  [$name] /" || true
+  best=${expected%% *}
+  if grep -q "simd targets: $expected (in use: $best)" <<<"$info"; then
+    ok "sparrow info on $name reports targets {$expected}, using $best"
+  else
+    bad "sparrow info on $name: expected 'simd targets: $expected (in use: $best)'"
+  fi
+done
+
+stage "SIMD unit tests on each CPU"
+for entry in "${cpus[@]}"; do
+  IFS='|' read -r name cpu expected targets <<<"$entry"
+  [ "$targets" = - ] && continue
+  run_simd_tests "$name" "$cpu" "$expected" "$targets"
+  echo "  ($((SECONDS - start)) s elapsed)"
+done
+
+stage "format, tokenizer and engine unit tests (qemu -cpu max)"
+for t in "${unit_tests[@]}"; do
+  rc=0
+  timeout 900 qemu-aarch64 -cpu max "$(exe "$t")" >"$work/$t.log" 2>&1 || rc=$?
+  grep -E '^\[doctest\] (test cases|assertions)' "$work/$t.log" | sed "s/^/  [$t] /" || true
+  if [ $rc -eq 0 ]; then
+    ok "$t"
+  else
+    grep -E 'ERROR|FAIL|values:' "$work/$t.log" | head -n 40 || true
+    tail -n 5 "$work/$t.log"
+    bad "$t: exit $rc"
+  fi
+done
+
+stage "greedy stories260K, every target, every vector length"
+# NEON runs on the CPU without SVE, by Highway's own choice; each SVE CPU
+# runs the targets listed for it (empty: Highway's own choice). Every SVE
+# target runs at 128 bits, and SVE and SVE2 each at two longer lengths.
+greedy=(
+  "neon|"
+  "sve128|SVE2_128 SVE2 SVE"
+  "sve256|SVE_256 SVE2"
+  "sve512|SVE"
+  "sve2048|SVE2 SVE"
+  "a64fx|"
+)
+for entry in "${greedy[@]}"; do
+  IFS='|' read -r name targets <<<"$entry"
+  cpu=""
+  for c in "${cpus[@]}"; do
+    IFS='|' read -r cname ccpu _ _ <<<"$c"
+    [ "$cname" = "$name" ] && cpu=$ccpu
+  done
+  if [ -z "$targets" ]; then
+    run_greedy "$name" "$cpu" ""
+  else
+    for target in $targets; do run_greedy "$name" "$cpu" "$target"; done
+  fi
+done
+echo "  ($((SECONDS - start)) s elapsed)"
+
+stage "done"
+if [ $failed -gt 0 ]; then
+  printf 'failed: %s\n' "${failures[@]}"
+fi
+echo "arm64: $passed passed, $failed failed"
+[ $failed -eq 0 ]
