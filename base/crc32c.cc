@@ -148,8 +148,15 @@ SPARROW_CRC_TARGET inline uint32_t HwWord(uint32_t s, uint64_t v) {
 #else
 #define SPARROW_CRC_TARGET __attribute__((target("+crc")))
 #endif
+// Clang before 16 declares the ACLE __crc32c* functions only when CRC is on
+// for the whole file (__ARM_FEATURE_CRC32); its builtins work per function.
+#if defined(__clang__)
+SPARROW_CRC_TARGET inline uint32_t HwByte(uint32_t s, uint8_t v) { return __builtin_arm_crc32cb(s, v); }
+SPARROW_CRC_TARGET inline uint32_t HwWord(uint32_t s, uint64_t v) { return __builtin_arm_crc32cd(s, v); }
+#else
 SPARROW_CRC_TARGET inline uint32_t HwByte(uint32_t s, uint8_t v) { return __crc32cb(s, v); }
 SPARROW_CRC_TARGET inline uint32_t HwWord(uint32_t s, uint64_t v) { return __crc32cd(s, v); }
+#endif
 #endif
 
 // Three independent chains over [p, p+L), [p+L, p+2L), [p+2L, p+3L), joined.
