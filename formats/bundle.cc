@@ -381,7 +381,12 @@ Bundle Bundle::Open(const std::string& path) {
   for (size_t i = 0; i < n_groups; ++i) {
     const uint32_t want_layer = static_cast<uint32_t>(i / kinds.size());
     const RecordKind want_kind = kinds[i % kinds.size()];
-    UnitGroup g = GroupGeometry(want_layer, want_kind, b.d_model_, b.d_ff_, b.record_type_);
+    UnitGroup g;
+    try {
+      g = GroupGeometry(want_layer, want_kind, b.d_model_, b.d_ff_, b.record_type_);
+    } catch (const InputError& e) {
+      ThrowInputError(path, ": ", e.what());
+    }
     if (layer[i] != want_layer || kind[i] != static_cast<uint32_t>(want_kind)) {
       ThrowInputError(path, ": bundle group ", i, " is layer ", layer[i], " kind ", kind[i],
                       ", expected layer ", want_layer, " ", RecordKindName(want_kind),

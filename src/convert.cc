@@ -8,7 +8,9 @@
 // ever held in memory.
 #include "src/convert.h"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -31,7 +33,7 @@ namespace {
 // per column.
 constexpr uint64_t kTransposeRows = 16;
 // Resident data is copied in chunks of this size (for progress).
-constexpr uint64_t kCopyChunkBytes = uint64_t{64} << 20;
+constexpr uint64_t kCopyChunkBytes = uint64_t{16} << 20;
 
 const char* const kFfnMatrices[] = {"ffn_gate", "ffn_up", "ffn_down"};
 
@@ -202,6 +204,19 @@ void WriteGroup(const bundle::UnitGroup& g, const std::vector<PartSource>& sourc
   }
 }
 
+// Drops the pages of a finished tensor from this process's mapping of the
+// source (they stay in the page cache), so that resident memory stays at a
+// few tiles rather than growing to the model's size; under a memory cap the
+// kernel could reclaim them anyway, but RSS would say otherwise.
+void ReleasePages(const uint8_t* data, uint64_t bytes) {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uint64_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
+  if (end > begin) {
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory
+  }
+}
+
 bool SameFile(const std::string& a, const std::string& b) {
   struct stat sa {}, sb {};
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
@@ -280,8 +295,10 @@ void ConvertGgufToBundle(const std::string& gguf_path, const std::string& bundle
     for (uint64_t at = 0; at < t->n_bytes; at += kCopyChunkBytes) {
       const uint64_t n = std::min(kCopyChunkBytes, t->n_bytes - at);
       out.WriteTensorData(t->data + at, static_cast<size_t>(n));
+      ReleasePages(t->data + at, n);
       advance(n);
     }
+    ReleasePages(t->data, t->n_bytes);
   }
   writer.EndResident();
 
@@ -289,6 +306,13 @@ void ConvertGgufToBundle(const std::string& gguf_path, const std::string& bundle
     const bundle::UnitGroup group = *g;  // NextGroup() moves on as records go in
     WriteGroup(group, PartSources(group.kind, ffn[group.layer]), record_type,
                options.column_tile_bytes, writer, advance);
+    const bundle::UnitGroup* next = writer.NextGroup();
+    if (next == nullptr || next->layer != group.layer) {
+      for (const gguf::TensorInfo* t : {ffn[group.layer].gate, ffn[group.layer].up,
+                                        ffn[group.layer].down}) {
+        ReleasePages(t->data, t->n_bytes);
+      }
+    }
   }
   writer.Finish();
 }
