@@ -452,3 +452,39 @@ TEST_CASE("Q4_K/Q6_K writers fill every field of the layout") {
 }
 
 }  // namespace sparrow::simd
+
+namespace sparrow::simd {
+
+TEST_CASE("Q8_0 and Q4_0 writers follow ggml's rounding rules") {
+  // Q8_0: d = absmax / 127, q = round half away from zero.
+  float x[32] = {};
+  x[0] = 127.0f;  // d = 1 exactly
+  x[1] = 2.5f;
+  x[2] = -2.5f;
+  x[3] = 0.49f;
+  x[4] = -126.5f;
+  uint8_t q8[34];
+  QuantizeRow(TensorType::kQ8_0, x, 32, q8);
+  CHECK(F16ToF32(static_cast<uint16_t>(q8[0] | (q8[1] << 8))) == 1.0f);
+  CHECK(static_cast<int8_t>(q8[2 + 0]) == 127);
+  CHECK(static_cast<int8_t>(q8[2 + 1]) == 3);
+  CHECK(static_cast<int8_t>(q8[2 + 2]) == -3);
+  CHECK(static_cast<int8_t>(q8[2 + 3]) == 0);
+  CHECK(static_cast<int8_t>(q8[2 + 4]) == -127);
+  // Q4_0: the signed extreme (here -4) maps to -8, d = -4 / -8 = 0.5, and
+  // q = floor(x / d + 8.5) clamped to 15 (so +4 clips to 15, i.e. 3.5).
+  float y[32];
+  for (int j = 0; j < 32; ++j) y[j] = 0.25f * static_cast<float>(j - 16);
+  uint8_t q4[18];
+  QuantizeRow(TensorType::kQ4_0, y, 32, q4);
+  CHECK(F16ToF32(static_cast<uint16_t>(q4[0] | (q4[1] << 8))) == 0.5f);
+  for (int j = 0; j < 32; ++j) {
+    // x / d + 8.5 = (j - 16) / 2 + 8.5 = j / 2 + 0.5
+    const int want = std::min(15, static_cast<int>(std::floor(j / 2.0 + 0.5)));
+    const int got = j < 16 ? (q4[2 + j] & 15) : (q4[2 + j - 16] >> 4);
+    CAPTURE(j);
+    CHECK(got == want);
+  }
+}
+
+}  // namespace sparrow::simd
