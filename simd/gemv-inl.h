@@ -509,7 +509,7 @@ HWY_INLINE void Q4_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
   constexpr size_t kQs = offsetof(BlockQ4_K, qs);
   const uint8_t* r0 = w;
   const uint8_t* r1 = kRows > 1 ? w + row_bytes : w;
-  auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df);
+  auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), e0 = hn::Zero(t.df), e1 = hn::Zero(t.df);
   auto m0 = hn::Zero(d8), m1 = hn::Zero(d8);
   // Scales of super-block sb + 1 are computed before the dot products of sb
   // (they overlap), into the other half of a ping-pong buffer, which also
@@ -539,16 +539,17 @@ HWY_INLINE void Q4_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
         Q4_KStep(t, r0 + off + s, xa, xbv, a00, a01, b00, b01);
         if constexpr (kRows > 1) Q4_KStep(t, r1 + off + s, xa, xbv, a10, a11, b10, b11);
       }
+      // Two accumulators per row: shorter multiply-add dependency chains.
       ApplyScale(t.df, a00, a01, sw[0][2 * g], f0);
-      ApplyScale(t.df, b00, b01, sw[0][2 * g + 1], f0);
+      ApplyScale(t.df, b00, b01, sw[0][2 * g + 1], e0);
       if constexpr (kRows > 1) {
         ApplyScale(t.df, a10, a11, sw[1 % kRows][2 * g], f1);
-        ApplyScale(t.df, b10, b11, sw[1 % kRows][2 * g + 1], f1);
+        ApplyScale(t.df, b10, b11, sw[1 % kRows][2 * g + 1], e1);
       }
     }
   }
-  y[0] = ReduceSum(t.df, f0) - ReduceSum(d8, m0);
-  if constexpr (kRows > 1) y[1] = ReduceSum(t.df, f1) - ReduceSum(d8, m1);
+  y[0] = ReduceSum(t.df, hn::Add(f0, e0)) - ReduceSum(d8, m0);
+  if constexpr (kRows > 1) y[1] = ReduceSum(t.df, hn::Add(f1, e1)) - ReduceSum(d8, m1);
 }
 
 // ------------------------------------------------------------ Q6_K
@@ -613,7 +614,7 @@ HWY_INLINE void Q6_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
   constexpr size_t kQh = offsetof(BlockQ6_K, qh);
   const uint8_t* r0 = w;
   const uint8_t* r1 = kRows > 1 ? w + row_bytes : w;
-  auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df);
+  auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), g0 = hn::Zero(t.df), g1 = hn::Zero(t.df);
   auto o0 = hn::Zero(d8), o1 = hn::Zero(d8);
   // Ping-pong scale buffer as in Q4_KRows.
   HWY_ALIGN float scales[2][kRows][16 + kGemvPad];
@@ -660,21 +661,22 @@ HWY_INLINE void Q6_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
                      ? hn::IfThenElse(first_half, hn::Set(t.df, sr[0]), hn::Set(t.df, sr[1]))
                      : hn::Set(t.df, sr[0]);
         };
+        // Two accumulators per row: shorter multiply-add dependency chains.
         ApplyScale(t.df, a00, a01, scale(0, 0), f0);
-        ApplyScale(t.df, b00, b01, scale(0, 1), f0);
+        ApplyScale(t.df, b00, b01, scale(0, 1), g0);
         ApplyScale(t.df, c00, c01, scale(0, 2), f0);
-        ApplyScale(t.df, e00, e01, scale(0, 3), f0);
+        ApplyScale(t.df, e00, e01, scale(0, 3), g0);
         if constexpr (kRows > 1) {
           ApplyScale(t.df, a10, a11, scale(1, 0), f1);
-          ApplyScale(t.df, b10, b11, scale(1, 1), f1);
+          ApplyScale(t.df, b10, b11, scale(1, 1), g1);
           ApplyScale(t.df, c10, c11, scale(1, 2), f1);
-          ApplyScale(t.df, e10, e11, scale(1, 3), f1);
+          ApplyScale(t.df, e10, e11, scale(1, 3), g1);
         }
       }
     }
   }
-  y[0] = ReduceSum(t.df, f0) - 32.0f * ReduceSum(d8, o0);
-  if constexpr (kRows > 1) y[1] = ReduceSum(t.df, f1) - 32.0f * ReduceSum(d8, o1);
+  y[0] = ReduceSum(t.df, hn::Add(f0, g0)) - 32.0f * ReduceSum(d8, o0);
+  if constexpr (kRows > 1) y[1] = ReduceSum(t.df, hn::Add(f1, g1)) - 32.0f * ReduceSum(d8, o1);
 }
 
 // ------------------------------------------------------------ dispatch
