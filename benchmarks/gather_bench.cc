@@ -22,10 +22,18 @@
 //
 // Shapes are D_MODELxCOUNT. With --tokens N > 1 the figures are for a
 // prompt batch (each row read once for all N tokens; compute-bound).
+//
+// --clock cpu times the kernels and the probe by process CPU time divided
+// by the thread count instead of wall time: on a machine shared with busy
+// neighbours, wall time mostly measures the scheduler, while CPU time still
+// measures how fast the code streams when it runs (exact for one thread; an
+// estimate with more, as idle workers may spin for a while).
 
 #include <cxxopts.hpp>
+#include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -55,6 +63,42 @@ namespace {
 struct Shape {
   size_t d_model, count;
 };
+
+bool g_cpu_clock = false;
+
+// Seconds of the selected clock (see --clock).
+double Now() {
+  if (!g_cpu_clock) return NowSeconds();
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec)) /
+         ThreadCount();
+}
+
+// The stream probe; with the CPU clock, the same loads as MeasureStreamRead
+// (StreamSum over whole MiBs per thread) timed by Now().
+StreamResult Probe(size_t buffer_bytes, int reps) {
+  if (!g_cpu_clock) return MeasureStreamRead(buffer_bytes, reps);
+  constexpr size_t kGrain = 1 << 20;
+  buffer_bytes = std::max<size_t>(kGrain, buffer_bytes / kGrain * kGrain);
+  AlignedBuffer<uint8_t> buffer(buffer_bytes, 4096);
+  for (size_t i = 0; i < buffer_bytes; i += 64) {
+    std::memset(buffer.data() + i, static_cast<int>(i >> 6), 64);
+  }
+  std::atomic<uint64_t> sink{0};
+  auto pass = [&] {
+    const double start = Now();
+    ParallelFor(buffer_bytes, kGrain, [&](size_t begin, size_t end, int) {
+      sink.fetch_add(StreamSum(buffer.data() + begin, end - begin), std::memory_order_relaxed);
+    });
+    return static_cast<double>(buffer_bytes) / (Now() - start) / 1e9;
+  };
+  pass();
+  std::vector<double> rates;
+  for (int r = 0; r < std::max(reps, 1); ++r) rates.push_back(pass());
+  std::sort(rates.begin(), rates.end());
+  return StreamResult{rates[rates.size() / 2], rates.front(), rates.back()};
+}
 
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -95,14 +139,15 @@ struct Caches {
   const uint8_t* copy(size_t i) const { return data.data() + (i % copies) * cache_bytes; }
 };
 
-Caches MakeCaches(TensorType type, Shape shape, size_t rotate_bytes, std::mt19937& rng) {
+Caches MakeCaches(TensorType type, Shape shape, size_t parts, size_t rotate_bytes,
+                  std::mt19937& rng) {
   Caches c;
   uint64_t part = 0;
   if (!TensorTypeBytes(type, shape.d_model, &part)) {
     ThrowInputError(shape.d_model, " is not a whole number of ", TensorTypeName(type), " blocks");
   }
   c.part_bytes = part;
-  c.record_bytes = 3 * c.part_bytes;
+  c.record_bytes = parts * c.part_bytes;
   c.cache_bytes = c.record_bytes * shape.count;
   c.copies = std::max<size_t>(2, (rotate_bytes + c.cache_bytes - 1) / c.cache_bytes);
   c.data.Reset(c.copies * c.cache_bytes, 4096);
@@ -110,7 +155,7 @@ Caches MakeCaches(TensorType type, Shape shape, size_t rotate_bytes, std::mt1993
   std::vector<uint8_t> records(kDistinct * c.record_bytes);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   std::vector<float> values(shape.d_model);
-  for (size_t r = 0; r < 3 * kDistinct; ++r) {
+  for (size_t r = 0; r < parts * kDistinct; ++r) {
     for (float& v : values) v = normal(rng);
     simd::QuantizeRow(type, values.data(), shape.d_model, records.data() + r * c.part_bytes);
   }
@@ -187,6 +232,10 @@ int Main(int argc, char** argv) {
        cxxopts::value<size_t>()->default_value("768"))
       ("probe-mib", "Stream probe buffer size", cxxopts::value<size_t>()->default_value("1024"))
       ("probe-reps", "Stream probe repetitions", cxxopts::value<int>()->default_value("5"))
+      ("parts", "Parts per record: 3 (neuron layout) or 1 (a plain matrix)",
+       cxxopts::value<size_t>()->default_value("3"))
+      ("clock", "wall or cpu (process CPU time / threads)",
+       cxxopts::value<std::string>()->default_value("wall"))
       ("h,help", "Show this help");
   const auto opts = options.parse(argc, argv);
   if (opts.count("help")) {
@@ -224,19 +273,27 @@ int Main(int argc, char** argv) {
   const size_t rotate_bytes = opts["rotate-mib"].as<size_t>() << 20;
   const size_t probe_bytes = opts["probe-mib"].as<size_t>() << 20;
   const int probe_reps = opts["probe-reps"].as<int>();
+  const std::string clock_name = opts["clock"].as<std::string>();
+  if (clock_name != "wall" && clock_name != "cpu") {
+    ThrowInputError("unknown clock '", clock_name, "' (want wall, cpu)");
+  }
+  g_cpu_clock = clock_name == "cpu";
+  const size_t parts = opts["parts"].as<size_t>();
+  if (parts != 1 && parts != 3) ThrowInputError("--parts must be 1 or 3");
 
   std::printf("SIMD target: %s (cpu: %s)\n", simd::CurrentTargetName().c_str(),
               simd::CpuFeatures().c_str());
   std::printf("load average at start: %s\n", LoadAverage().c_str());
-  std::printf("tokens per call: %zu; median of %d repetitions; caches rotate through >= %zu MiB "
-              "of copies; probe: %zu MiB, median of %d\n\n",
-              n, reps, rotate_bytes >> 20, probe_bytes >> 20, probe_reps);
+  std::printf("records of %zu part(s); tokens per call: %zu; %s clock; median of %d repetitions; caches rotate through "
+              ">= %zu MiB of copies; probe: %zu MiB, median of %d\n\n",
+              parts, n, g_cpu_clock ? "CPU" : "wall", reps, rotate_bytes >> 20, probe_bytes >> 20,
+              probe_reps);
 
   std::mt19937 rng(42);
   std::vector<Result> table;
   for (TensorType type : types) {
     for (Shape shape : shapes) {
-      const Caches caches = MakeCaches(type, shape, rotate_bytes, rng);
+      const Caches caches = MakeCaches(type, shape, parts, rotate_bytes, rng);
       const size_t cols = shape.d_model;
       // Selections: all records in order; a random quarter in random order.
       std::vector<size_t> all(shape.count);
@@ -266,7 +323,7 @@ int Main(int argc, char** argv) {
         }
         for (int kernel = 0; kernel < 2; ++kernel) {
           if ((kernel == 0 && !run_dot) || (kernel == 1 && !run_axpy)) continue;
-          const size_t part = kernel == 0 ? 0 : 2;  // gate or down
+          const size_t part = kernel == 0 || parts == 1 ? 0 : 2;  // gate or down
           for (const auto& [label, picked] : selections) {
             auto rows_of = [&](size_t copy) {
               std::vector<const uint8_t*> rows(picked->size());
@@ -307,13 +364,13 @@ int Main(int argc, char** argv) {
             }
             run(rows_of(0));  // warm-up (thread pool, buffers)
             std::vector<double> seconds;
-            const StreamResult probe = MeasureStreamRead(probe_bytes, probe_reps);
+            const StreamResult probe = Probe(probe_bytes, probe_reps);
             for (int r = 0; r < reps; ++r) {
               const std::vector<const uint8_t*> rows = rows_of(static_cast<size_t>(r) + 1);
               std::fill(y.begin(), y.end(), 0.0f);
-              const double start = NowSeconds();
+              const double start = Now();
               run(rows);
-              seconds.push_back(NowSeconds() - start);
+              seconds.push_back(Now() - start);
             }
             std::sort(seconds.begin(), seconds.end());
             const double median = seconds[seconds.size() / 2];

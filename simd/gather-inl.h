@@ -6,19 +6,28 @@
 // the same per-row accumulators and order as Gemv's Q8_0Rows, Q4_0Rows and
 // FloatRows, so each result is bit-identical to Gemv's. Those functions
 // address rows as base + r * row_bytes; the loops below are theirs with the
-// rows taken from a pointer array instead (gather_test.cc checks the results
-// against Gemv bit for bit, so the copies cannot drift apart unnoticed). For
-// a batch, each group of four rows is multiplied with every token before the
-// next group: the group is read from DRAM once, then from L1/L2.
+// rows taken from a pointer array instead, plus software prefetching
+// (gather_test.cc checks the results against Gemv bit for bit, so the copies
+// cannot drift apart unnoticed). For a batch, each group of four rows is
+// multiplied with every token before the next group: the group is read from
+// DRAM once, then from L1/L2.
 //
-// AxpyRows adds a_k * w_k to y one term at a time with a multiply-add whose
-// weight operand is the exactly dequantized element (d * q, and the F16/BF16
-// promotions, are exact in f32), in row order. With one token the rows are
-// dequantized on the fly, four at a time, into the multiply-adds; with a
-// batch, a column tile of up to eight rows is dequantized into an L1 buffer
-// once and then applied to every token. Both paths perform the same
-// operations on each y element, so a token's result does not depend on the
-// batch size.
+// AxpyRows adds the terms to y one multiply-add at a time, in row order: for
+// float rows a * w; for Q8_0 (a * d) * q with the product a * d rounded to
+// f32 once per block and row, so that the per-element work is one convert
+// and one multiply-add; for Q4_0 the same with q the raw nibble (0..15),
+// and the -8 of every element applied at the end as one addition of
+// -8 * sum(a * d) per block (the sum in row order). With one token the
+// rows are converted on the fly, four at a time; with a batch, a column
+// tile of up to eight rows is converted into an L1 buffer once and applied
+// to every token. Both paths perform the same operations on each y element,
+// so a token's result does not depend on the batch it came in.
+//
+// Prefetching: the rows of a gathered list start at unrelated addresses, so
+// the hardware prefetchers only pick a row up after a few misses in it, and
+// the kernels' arithmetic then waits on memory instead of overlapping with
+// it. Each kernel therefore prefetches kPrefetchAhead bytes ahead in each of
+// its rows, running on into the next group's rows near the end.
 
 #if defined(SPARROW_SIMD_GATHER_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SPARROW_SIMD_GATHER_INL_H_
@@ -32,8 +41,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
+#include "base/aligned_buffer.h"
 #include "formats/tensor_type.h"
 #include "simd/gemv-inl.h"
 #include "simd/gemv.h"
@@ -46,12 +57,68 @@ namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
+// ------------------------------------------------------------ prefetch
+
+// How far ahead of its current position a kernel prefetches in each row
+// (at most one row: the whole next group when rows are shorter). Enough to
+// cover DRAM latency at full bandwidth with four rows in flight; measured
+// with gather_bench (1024 loses up to a fifth of the bandwidth; 2048 and
+// one row ahead are about equal for 4 KiB rows).
+inline constexpr size_t kPrefetchAhead = 2048;
+
+// The rows that follow the current group: prefetching runs on into them.
+struct NextRows {
+  const uint8_t* const* rows = nullptr;
+  size_t count = 0;  // at most 4
+};
+
+// Prefetches, once per 64-byte step, each of the kRows rows a fixed
+// distance ahead of the position the kernel reports; positions past a row's
+// end map to the start of the next group's rows.
+enum class PrefetchFrom {
+  kStart,    // nothing of these rows was prefetched yet
+  kCovered,  // the previous group prefetched their first `ahead` bytes
+  kNone,     // do not prefetch (the rows are in cache already)
+};
+
+template <size_t kRows>
+class Prefetcher {
+ public:
+  Prefetcher(const uint8_t* const* rows, NextRows next, size_t row_bytes, PrefetchFrom from)
+      : rows_(rows),
+        next_(next),
+        row_bytes_(row_bytes),
+        ahead_(std::min(kPrefetchAhead, row_bytes)),
+        done_(from == PrefetchFrom::kStart     ? 0
+              : from == PrefetchFrom::kCovered ? ahead_
+                                               : ~size_t{0} / 2) {}
+
+  // Prefetches everything before offset `pos` + the distance.
+  HWY_INLINE void Upto(size_t pos) {
+    for (const size_t end = pos + ahead_; done_ < end; done_ += 64) {
+      if (done_ < row_bytes_) {
+        for (size_t r = 0; r < kRows; ++r) hwy::Prefetch(rows_[r] + done_);
+      } else if (done_ - row_bytes_ < row_bytes_) {
+        for (size_t r = 0; r < next_.count; ++r) hwy::Prefetch(next_.rows[r] + (done_ - row_bytes_));
+      }
+    }
+  }
+
+ private:
+  const uint8_t* const* rows_;
+  NextRows next_;
+  size_t row_bytes_;
+  size_t ahead_;
+  size_t done_;
+};
+
 // ------------------------------------------------------------ dots
 
 // FloatRows (gemv-inl.h) over rows[0..kRows).
 template <typename WT, size_t kRows>
 HWY_INLINE void FloatDots(const uint8_t* const* HWY_RESTRICT rows, size_t cols,
-                          const float* HWY_RESTRICT x, float* HWY_RESTRICT y) {
+                          const float* HWY_RESTRICT x, float* HWY_RESTRICT y,
+                          Prefetcher<kRows>& pf) {
   const hn::ScalableTag<float> df;
   const size_t N = hn::Lanes(df);
   const WT* r0 = reinterpret_cast<const WT*>(rows[0]);
@@ -61,6 +128,7 @@ HWY_INLINE void FloatDots(const uint8_t* const* HWY_RESTRICT rows, size_t cols,
   auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
   size_t i = 0;
   for (; i + N <= cols; i += N) {
+    pf.Upto(i * sizeof(WT));
     const auto xv = hn::LoadU(df, x + i);
     a0 = hn::MulAdd(LoadAsFloat(df, r0 + i), xv, a0);
     if constexpr (kRows > 1) a1 = hn::MulAdd(LoadAsFloat(df, r1 + i), xv, a1);
@@ -100,7 +168,8 @@ template <size_t kRows>
 HWY_INLINE void Q8_0Dots(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
                          const int16_t* HWY_RESTRICT xq,
                          const float* HWY_RESTRICT sx,
-                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
+                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
+                         Prefetcher<kRows>& pf) {
   const Int32Tags t;
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
@@ -121,6 +190,7 @@ HWY_INLINE void Q8_0Dots(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
     for (size_t b = 0; b < count; ++b) {
       const int16_t* xb = xq + (g0 + b) * 32;
       const size_t a = (g0 + b) * kBB + 2;
+      pf.Upto(a);
       Q8_0Block(t, rows[0] + a, xb, scales[0][b], f0);
       if constexpr (kRows > 1) Q8_0Block(t, rows[1 % kRows] + a, xb, scales[1 % kRows][b], f1);
       if constexpr (kRows > 2) Q8_0Block(t, rows[2 % kRows] + a, xb, scales[2 % kRows][b], f2);
@@ -138,7 +208,8 @@ template <size_t kRows>
 HWY_INLINE void Q4_0Dots(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
                          const int16_t* HWY_RESTRICT xq,
                          const float* HWY_RESTRICT sx,
-                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
+                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
+                         Prefetcher<kRows>& pf) {
   const Int32Tags t;
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
@@ -170,6 +241,7 @@ HWY_INLINE void Q4_0Dots(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
         const auto xlo = hn::Load(t.d16, xb);
         const auto xhi = hn::Load(t.d16, xb + 32);
         const size_t a = (g0 + b) * kBB + 2;
+        pf.Upto(a);
         Q4_0Pair(t, hn::LoadU(du8h, r0 + a), hn::LoadU(du8h, r0 + a + kBB), xlo, xhi,
                  first_half, scales[0] + b, f0);
         if constexpr (kRows > 1)
@@ -208,6 +280,7 @@ HWY_INLINE void Q4_0Dots(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
       const int16_t* xlo = xq + PairLayoutIndex(block, 0);
       const int16_t* xhi = xq + PairLayoutIndex(block, 16);
       const size_t a = block * kBB + 2;
+      pf.Upto(a);
       Q4_0Single(t, r0 + a, xlo, xhi, scales[0][b], f0);
       if constexpr (kRows > 1) Q4_0Single(t, r1 + a, xlo, xhi, scales[1 % kRows][b], f1);
       if constexpr (kRows > 2) Q4_0Single(t, r2 + a, xlo, xhi, scales[2 % kRows][b], f2);
@@ -222,41 +295,57 @@ HWY_INLINE void Q4_0Dots(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
 
 template <typename WT>
 struct FloatDot {
+  static size_t RowBytes(size_t cols) { return cols * sizeof(WT); }
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* const* rows, size_t cols, const Input& in,
-                             float* y) {
-    FloatDots<WT, kRows>(rows, cols, in.x(), y);
+                             float* y, Prefetcher<kRows>& pf) {
+    FloatDots<WT, kRows>(rows, cols, in.x(), y, pf);
   }
 };
 struct Q8_0Dot {
+  static size_t RowBytes(size_t cols) { return cols / 32 * sizeof(BlockQ8_0); }
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* const* rows, size_t cols, const Input& in,
-                             float* y) {
-    Q8_0Dots<kRows>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y);
+                             float* y, Prefetcher<kRows>& pf) {
+    Q8_0Dots<kRows>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, pf);
   }
 };
 struct Q4_0Dot {
+  static size_t RowBytes(size_t cols) { return cols / 32 * sizeof(BlockQ4_0); }
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* const* rows, size_t cols, const Input& in,
-                             float* y) {
-    Q4_0Dots<kRows>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y);
+                             float* y, Prefetcher<kRows>& pf) {
+    Q4_0Dots<kRows>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, pf);
   }
 };
 
 // Groups of four rows, each multiplied with all n tokens before the next
-// group is touched; the remaining rows one at a time.
+// group is touched (prefetching only during the first token's pass, when
+// the rows come from memory); the remaining rows one at a time.
 template <class K, class Input>
 HWY_INLINE void DotRowGroups(const uint8_t* const* rows, size_t count, size_t cols,
                              const Input* x, size_t n, float* out, size_t out_stride) {
+  const size_t row_bytes = K::RowBytes(cols);
+  auto From = [](size_t t, size_t k) {
+    return t > 0 ? PrefetchFrom::kNone : k > 0 ? PrefetchFrom::kCovered : PrefetchFrom::kStart;
+  };
   size_t k = 0;
   for (; k + 4 <= count; k += 4) {
+    NextRows next;
+    next.rows = rows + k + 4;
+    next.count = std::min<size_t>(4, count - k - 4);
     for (size_t t = 0; t < n; ++t) {
-      K::template Run<4>(rows + k, cols, x[t], out + t * out_stride + k);
+      Prefetcher<4> pf(rows + k, next, row_bytes, From(t, k));
+      K::template Run<4>(rows + k, cols, x[t], out + t * out_stride + k, pf);
     }
   }
   for (; k < count; ++k) {
+    NextRows next;
+    next.rows = rows + k + 1;
+    next.count = k + 1 < count ? 1 : 0;
     for (size_t t = 0; t < n; ++t) {
-      K::template Run<1>(rows + k, cols, x[t], out + t * out_stride + k);
+      Prefetcher<1> pf(rows + k, next, row_bytes, From(t, k));
+      K::template Run<1>(rows + k, cols, x[t], out + t * out_stride + k, pf);
     }
   }
 }
@@ -286,14 +375,15 @@ HWY_INLINE void DotRowsImpl(TensorType type, const uint8_t* const* rows, size_t 
 
 // ------------------------------------------------------------ axpys
 
-// The f16 scales of `count` (1..Lanes(df)) consecutive blocks of
-// `block_bytes` starting at `blocks`, as f32 in out[0..count). Each lane
+// out[i] = coeff * (the f16 scale of block i) for the `count` (1..Lanes(df))
+// consecutive blocks of `block_bytes` starting at `blocks`. Each lane
 // gathers the 4 bytes at its block's start (the scale and two bytes of the
 // block after it); lanes past `count` repeat the last block, so nothing past
 // it is read.
 template <class DF>
-HWY_INLINE void HalfScales(DF df, const uint8_t* HWY_RESTRICT blocks, size_t block_bytes,
-                           size_t count, float* HWY_RESTRICT out) {
+HWY_INLINE void ScaledHalfScales(DF df, const uint8_t* HWY_RESTRICT blocks,
+                                 size_t block_bytes, size_t count, float coeff,
+                                 float* HWY_RESTRICT out) {
   const hn::RebindToSigned<DF> di32;
   const hn::Rebind<uint16_t, DF> du16;
   const hn::Rebind<hwy::float16_t, DF> df16;
@@ -302,23 +392,33 @@ HWY_INLINE void HalfScales(DF df, const uint8_t* HWY_RESTRICT blocks, size_t blo
       hn::Set(di32, static_cast<int32_t>((count - 1) * block_bytes)));
   const auto raw = hn::GatherOffset(di32, reinterpret_cast<const int32_t*>(blocks), offsets);
   const auto bits = hn::DemoteTo(du16, hn::And(raw, hn::Set(di32, 0xFFFF)));
-  hn::Store(PromoteHalf(df, hn::BitCast(df16, bits)), df, out);
+  hn::StoreU(hn::Mul(PromoteHalf(df, hn::BitCast(df16, bits)), hn::Set(df, coeff)), df, out);
 }
 
-// Scales of blocks g0.. (at most Lanes(dfull)) of each of the kRows rows.
+// s[r][b] = a[r] * (scale of block g0 + b of row r) for the blocks g0..
+// (at most Lanes(dfull)) of each of the kRows rows; with `offsets` (Q4_0),
+// also adds s[r][b] to offsets[g0 + b], rows in order.
 template <size_t kRows, class DF>
-HWY_INLINE void RowsHalfScales(DF dfull, const uint8_t* const* rows, size_t block_bytes,
-                               size_t nblocks, size_t g0, float (*out)[kMaxFloatLanes]) {
+HWY_INLINE void CoeffScales(DF dfull, const uint8_t* const* rows, const float* a,
+                            size_t block_bytes, size_t nblocks, size_t g0,
+                            float (*s)[kMaxFloatLanes], float* HWY_RESTRICT offsets) {
   const size_t count = std::min(hn::Lanes(dfull), nblocks - g0);
   const size_t at = g0 * block_bytes;
-  for (size_t r = 0; r < kRows; ++r) HalfScales(dfull, rows[r] + at, block_bytes, count, out[r]);
+  for (size_t r = 0; r < kRows; ++r) {
+    ScaledHalfScales(dfull, rows[r] + at, block_bytes, count, a[r], s[r]);
+    if (offsets != nullptr) {
+      // offsets has slack past nblocks; lanes past `count` add garbage there.
+      hn::StoreU(hn::Add(hn::LoadU(dfull, offsets + g0), hn::Load(dfull, s[r])), dfull,
+                 offsets + g0);
+    }
+  }
 }
 
 // y[0..cols) += a[r] * rows[r][..] for r < kRows, in that order.
 template <typename WT, size_t kRows>
 HWY_INLINE void FloatAxpys(const uint8_t* const* HWY_RESTRICT rows,
-                           const float* HWY_RESTRICT a, size_t cols,
-                           float* HWY_RESTRICT y) {
+                           const float* HWY_RESTRICT a, size_t cols, float* HWY_RESTRICT y,
+                           Prefetcher<kRows>& pf) {
   const hn::ScalableTag<float> df;
   const size_t N = hn::Lanes(df);
   const WT* r0 = reinterpret_cast<const WT*>(rows[0]);
@@ -331,6 +431,7 @@ HWY_INLINE void FloatAxpys(const uint8_t* const* HWY_RESTRICT rows,
   const auto c3 = hn::Set(df, a[3 % kRows]);
   size_t i = 0;
   for (; i + N <= cols; i += N) {
+    pf.Upto(i * sizeof(WT));
     auto acc = hn::LoadU(df, y + i);
     acc = hn::MulAdd(c0, LoadAsFloat(df, r0 + i), acc);
     if constexpr (kRows > 1) acc = hn::MulAdd(c1, LoadAsFloat(df, r1 + i), acc);
@@ -364,13 +465,13 @@ HWY_INLINE void FloatAxpys(const uint8_t* const* HWY_RESTRICT rows,
   }
 }
 
-// Q8_0: the element is d * q (exact in f32), then one multiply-add. Block
-// scales for the next group of blocks are gathered before the current
+// Q8_0: y += (a * d) * q, one convert and one multiply-add per element and
+// row. The next group of blocks' scales are gathered before the current
 // group's arithmetic, as in the GEMV kernels.
 template <size_t kRows>
 HWY_INLINE void Q8_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
-                          const float* HWY_RESTRICT a, size_t nblocks,
-                          float* HWY_RESTRICT y) {
+                          const float* HWY_RESTRICT a, size_t nblocks, float* HWY_RESTRICT y,
+                          float* HWY_RESTRICT /*offsets*/, Prefetcher<kRows>& pf) {
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
   const hn::CappedTag<float, 32> df;  // at most one block per vector
@@ -378,46 +479,43 @@ HWY_INLINE void Q8_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
   const hn::Rebind<int8_t, decltype(df)> di8;
   const size_t N = hn::Lanes(df);
   constexpr size_t kBB = sizeof(BlockQ8_0);
-  const uint8_t* const r0 = rows[0];
-  const uint8_t* const r1 = rows[1 % kRows];
-  const uint8_t* const r2 = rows[2 % kRows];
-  const uint8_t* const r3 = rows[3 % kRows];
-  const auto c0 = hn::Set(df, a[0]);
-  const auto c1 = hn::Set(df, a[1 % kRows]);
-  const auto c2 = hn::Set(df, a[2 % kRows]);
-  const auto c3 = hn::Set(df, a[3 % kRows]);
-  auto weight = [&](const uint8_t* p, float d) HWY_ATTR {
-    const auto q = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, reinterpret_cast<const int8_t*>(p))));
-    return hn::Mul(q, hn::Set(df, d));
+  const int8_t* const r0 = reinterpret_cast<const int8_t*>(rows[0]);
+  const int8_t* const r1 = reinterpret_cast<const int8_t*>(rows[1 % kRows]);
+  const int8_t* const r2 = reinterpret_cast<const int8_t*>(rows[2 % kRows]);
+  const int8_t* const r3 = reinterpret_cast<const int8_t*>(rows[3 % kRows]);
+  auto q = [&](const int8_t* p) HWY_ATTR {
+    return hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, p)));
   };
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
-  RowsHalfScales<kRows>(dfull, rows, kBB, nblocks, 0, sw[0]);
+  CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, 0, sw[0], nullptr);
   size_t cur = 0;
   for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
-    if (g0 + G < nblocks) RowsHalfScales<kRows>(dfull, rows, kBB, nblocks, g0 + G, sw[cur ^ 1]);
+    if (g0 + G < nblocks) CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, g0 + G, sw[cur ^ 1], nullptr);
     const size_t count = std::min(G, nblocks - g0);
-    const float(*d)[kMaxFloatLanes] = sw[cur];
+    const float(*s)[kMaxFloatLanes] = sw[cur];
     for (size_t b = 0; b < count; ++b) {
       const size_t at = (g0 + b) * kBB + 2;
+      pf.Upto(at);
       float* yb = y + (g0 + b) * 32;
-      for (size_t s = 0; s < 32; s += N) {
-        auto acc = hn::LoadU(df, yb + s);
-        acc = hn::MulAdd(c0, weight(r0 + at + s, d[0][b]), acc);
-        if constexpr (kRows > 1) acc = hn::MulAdd(c1, weight(r1 + at + s, d[1 % kRows][b]), acc);
-        if constexpr (kRows > 2) acc = hn::MulAdd(c2, weight(r2 + at + s, d[2 % kRows][b]), acc);
-        if constexpr (kRows > 3) acc = hn::MulAdd(c3, weight(r3 + at + s, d[3 % kRows][b]), acc);
-        hn::StoreU(acc, df, yb + s);
+      for (size_t e = 0; e < 32; e += N) {
+        auto acc = hn::LoadU(df, yb + e);
+        acc = hn::MulAdd(hn::Set(df, s[0][b]), q(r0 + at + e), acc);
+        if constexpr (kRows > 1) acc = hn::MulAdd(hn::Set(df, s[1 % kRows][b]), q(r1 + at + e), acc);
+        if constexpr (kRows > 2) acc = hn::MulAdd(hn::Set(df, s[2 % kRows][b]), q(r2 + at + e), acc);
+        if constexpr (kRows > 3) acc = hn::MulAdd(hn::Set(df, s[3 % kRows][b]), q(r3 + at + e), acc);
+        hn::StoreU(acc, df, yb + e);
       }
     }
   }
 }
 
-// Q4_0: byte i of a block holds element i (low nibble) and i + 16 (high);
-// the element is d * (q - 8), exact in f32.
+// Q4_0: byte i of a block holds nibbles for elements i (low) and i + 16
+// (high); y += (a * d) * nibble here, and the caller applies -8 * sum(a * d)
+// per block at the end (`offsets` collects the sums).
 template <size_t kRows>
 HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
-                          const float* HWY_RESTRICT a, size_t nblocks,
-                          float* HWY_RESTRICT y) {
+                          const float* HWY_RESTRICT a, size_t nblocks, float* HWY_RESTRICT y,
+                          float* HWY_RESTRICT offsets, Prefetcher<kRows>& pf) {
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
   const hn::CappedTag<float, 16> df;  // at most one block's 16 bytes
@@ -430,107 +528,161 @@ HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
   const uint8_t* const r1 = rows[1 % kRows];
   const uint8_t* const r2 = rows[2 % kRows];
   const uint8_t* const r3 = rows[3 % kRows];
-  const auto c0 = hn::Set(df, a[0]);
-  const auto c1 = hn::Set(df, a[1 % kRows]);
-  const auto c2 = hn::Set(df, a[2 % kRows]);
-  const auto c3 = hn::Set(df, a[3 % kRows]);
   const auto mask = hn::Set(di32, 15);
-  const auto eight = hn::Set(di32, 8);
-  // Adds c * (this row's low and high elements) to lo and hi.
-  auto step = [&](const uint8_t* p, float d, hn::Vec<decltype(df)> c,
-                  hn::Vec<decltype(df)>& lo, hn::Vec<decltype(df)>& hi) HWY_ATTR {
+  // Adds s * (this row's low and high nibbles) to lo and hi.
+  auto step = [&](const uint8_t* p, float s, hn::Vec<decltype(df)>& lo,
+                  hn::Vec<decltype(df)>& hi) HWY_ATTR {
     const auto bytes = hn::BitCast(di32, hn::PromoteTo(du32, hn::LoadU(du8, p)));
-    const auto dv = hn::Set(df, d);
-    const auto wlo = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::And(bytes, mask), eight)), dv);
-    const auto whi = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(bytes), eight)), dv);
-    lo = hn::MulAdd(c, wlo, lo);
-    hi = hn::MulAdd(c, whi, hi);
+    const auto sv = hn::Set(df, s);
+    lo = hn::MulAdd(sv, hn::ConvertTo(df, hn::And(bytes, mask)), lo);
+    hi = hn::MulAdd(sv, hn::ConvertTo(df, hn::ShiftRight<4>(bytes)), hi);
   };
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
-  RowsHalfScales<kRows>(dfull, rows, kBB, nblocks, 0, sw[0]);
+  CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, 0, sw[0], offsets);
   size_t cur = 0;
   for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
-    if (g0 + G < nblocks) RowsHalfScales<kRows>(dfull, rows, kBB, nblocks, g0 + G, sw[cur ^ 1]);
+    if (g0 + G < nblocks) CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, g0 + G, sw[cur ^ 1], offsets);
     const size_t count = std::min(G, nblocks - g0);
-    const float(*d)[kMaxFloatLanes] = sw[cur];
+    const float(*s)[kMaxFloatLanes] = sw[cur];
     for (size_t b = 0; b < count; ++b) {
       const size_t at = (g0 + b) * kBB + 2;
+      pf.Upto(at);
       float* yb = y + (g0 + b) * 32;
-      for (size_t s = 0; s < 16; s += N) {
-        auto lo = hn::LoadU(df, yb + s);
-        auto hi = hn::LoadU(df, yb + 16 + s);
-        step(r0 + at + s, d[0][b], c0, lo, hi);
-        if constexpr (kRows > 1) step(r1 + at + s, d[1 % kRows][b], c1, lo, hi);
-        if constexpr (kRows > 2) step(r2 + at + s, d[2 % kRows][b], c2, lo, hi);
-        if constexpr (kRows > 3) step(r3 + at + s, d[3 % kRows][b], c3, lo, hi);
-        hn::StoreU(lo, df, yb + s);
-        hn::StoreU(hi, df, yb + 16 + s);
+      for (size_t e = 0; e < 16; e += N) {
+        auto lo = hn::LoadU(df, yb + e);
+        auto hi = hn::LoadU(df, yb + 16 + e);
+        step(r0 + at + e, s[0][b], lo, hi);
+        if constexpr (kRows > 1) step(r1 + at + e, s[1 % kRows][b], lo, hi);
+        if constexpr (kRows > 2) step(r2 + at + e, s[2 % kRows][b], lo, hi);
+        if constexpr (kRows > 3) step(r3 + at + e, s[3 % kRows][b], lo, hi);
+        hn::StoreU(lo, df, yb + e);
+        hn::StoreU(hi, df, yb + 16 + e);
       }
+    }
+  }
+}
+
+// y[32 b + i] += -8 * offsets[b] for every block b (Q4_0's final step;
+// -8 * offsets[b] is exact).
+HWY_INLINE void ApplyQ4_0Offsets(const float* HWY_RESTRICT offsets, size_t nblocks,
+                                 float* HWY_RESTRICT y) {
+  const hn::CappedTag<float, 32> df;
+  const size_t N = hn::Lanes(df);
+  for (size_t b = 0; b < nblocks; ++b) {
+    const auto o = hn::Set(df, -8.0f * offsets[b]);
+    for (size_t e = 0; e < 32; e += N) {
+      hn::StoreU(hn::Add(hn::LoadU(df, y + 32 * b + e), o), df, y + 32 * b + e);
     }
   }
 }
 
 template <typename WT>
 struct FloatAxpy {
+  static constexpr bool kQuantized = false;
+  static size_t RowBytes(size_t cols) { return cols * sizeof(WT); }
   template <size_t kRows>
   static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, size_t cols,
-                             float* y) {
-    FloatAxpys<WT, kRows>(rows, a, cols, y);
+                             float* y, float* /*offsets*/, Prefetcher<kRows>& pf) {
+    FloatAxpys<WT, kRows>(rows, a, cols, y, pf);
   }
 };
 struct Q8_0Axpy {
+  static constexpr bool kQuantized = true;
+  static size_t RowBytes(size_t cols) { return cols / 32 * sizeof(BlockQ8_0); }
   template <size_t kRows>
   static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, size_t cols,
-                             float* y) {
-    Q8_0Axpys<kRows>(rows, a, cols / 32, y);
+                             float* y, float* offsets, Prefetcher<kRows>& pf) {
+    Q8_0Axpys<kRows>(rows, a, cols / 32, y, offsets, pf);
   }
 };
 struct Q4_0Axpy {
+  static constexpr bool kQuantized = true;
+  static size_t RowBytes(size_t cols) { return cols / 32 * sizeof(BlockQ4_0); }
   template <size_t kRows>
   static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, size_t cols,
-                             float* y) {
-    Q4_0Axpys<kRows>(rows, a, cols / 32, y);
+                             float* y, float* offsets, Prefetcher<kRows>& pf) {
+    Q4_0Axpys<kRows>(rows, a, cols / 32, y, offsets, pf);
   }
 };
 
-// One token: the rows with a nonzero coefficient, four at a time, in order.
-template <class K>
-HWY_INLINE void AxpyOneToken(const uint8_t* const* rows, size_t count, size_t cols,
-                             const float* a, float* y) {
-  const uint8_t* picked[4];
+// Up to four rows with a nonzero coefficient, taken in list order.
+struct AxpyGroup {
+  const uint8_t* rows[4];
   float coeff[4];
   size_t m = 0;
-  for (size_t k = 0; k < count; ++k) {
-    if (a[k] == 0.0f) continue;
-    picked[m] = rows[k];
-    coeff[m] = a[k];
-    if (++m == 4) {
-      K::template Run<4>(picked, coeff, cols, y);
-      m = 0;
-    }
-  }
-  switch (m) {
-    case 3:
-      return K::template Run<3>(picked, coeff, cols, y);
-    case 2:
-      return K::template Run<2>(picked, coeff, cols, y);
-    case 1:
-      return K::template Run<1>(picked, coeff, cols, y);
-    default:
-      return;
+};
+
+// Fills `g` from rows[*k..] (advancing *k past what it looked at).
+HWY_INLINE void NextAxpyGroup(const uint8_t* const* rows, const float* a, size_t count,
+                              size_t* k, AxpyGroup* g) {
+  g->m = 0;
+  for (; *k < count && g->m < 4; ++*k) {
+    if (a[*k] == 0.0f) continue;
+    g->rows[g->m] = rows[*k];
+    g->coeff[g->m++] = a[*k];
   }
 }
 
-// Batches: rows per group and columns per tile of the dequantized buffer
-// (8 x 512 f32 = 16 KiB, which stays in L1 while it is applied to every
-// token). kTileCols is a whole number of blocks and of vectors on any target.
+template <class K, size_t kRows>
+HWY_INLINE void RunAxpyGroup(const AxpyGroup& g, const AxpyGroup& next, size_t cols,
+                             size_t row_bytes, PrefetchFrom prefetched, float* y,
+                             float* offsets) {
+  Prefetcher<kRows> pf(g.rows, NextRows{next.rows, next.m}, row_bytes, prefetched);
+  K::template Run<kRows>(g.rows, g.coeff, cols, y, offsets, pf);
+}
+
+// One token: the rows with a nonzero coefficient, four at a time, in order.
+// `offsets` (Q4_0): cols / 32 floats plus slack, zeroed here.
+template <class K>
+HWY_INLINE void AxpyOneToken(const uint8_t* const* rows, size_t count, size_t cols,
+                             const float* a, float* y, float* offsets) {
+  const size_t row_bytes = K::RowBytes(cols);
+  if (offsets != nullptr) std::fill(offsets, offsets + cols / 32 + kGemvPad, 0.0f);
+  size_t k = 0;
+  AxpyGroup cur, next;
+  NextAxpyGroup(rows, a, count, &k, &cur);
+  NextAxpyGroup(rows, a, count, &k, &next);
+  if (cur.m == 0) return;
+  PrefetchFrom prefetched = PrefetchFrom::kStart;
+  while (cur.m != 0) {
+    switch (cur.m) {
+      case 4:
+        RunAxpyGroup<K, 4>(cur, next, cols, row_bytes, prefetched, y, offsets);
+        break;
+      case 3:
+        RunAxpyGroup<K, 3>(cur, next, cols, row_bytes, prefetched, y, offsets);
+        break;
+      case 2:
+        RunAxpyGroup<K, 2>(cur, next, cols, row_bytes, prefetched, y, offsets);
+        break;
+      default:
+        RunAxpyGroup<K, 1>(cur, next, cols, row_bytes, prefetched, y, offsets);
+        break;
+    }
+    prefetched = PrefetchFrom::kCovered;
+    cur = next;
+    NextAxpyGroup(rows, a, count, &k, &next);
+  }
+  if (offsets != nullptr) ApplyQ4_0Offsets(offsets, cols / 32, y);
+}
+
+// ------------------------------------------------------------ batched axpys
+
+// Rows per group and columns per tile of the converted buffer (8 x 512 f32
+// = 16 KiB, which stays in L1 while it is applied to every token).
+// kTileCols is a whole number of blocks and of vectors on any target.
 inline constexpr size_t kAxpyGroupRows = 8;
 inline constexpr size_t kTileCols = 512;
+inline constexpr size_t kTileBlocks = kTileCols / 32;
 
-// Elements [c0, c0 + len) of a row, dequantized exactly (the same values
-// the one-token kernels compute on the fly). c0 and len are whole blocks.
-HWY_INLINE void DequantizeSpan(TensorType type, const uint8_t* row, size_t c0, size_t len,
-                               float* HWY_RESTRICT out) {
+// Elements [c0, c0 + len) of a row into `out` as f32: the weights for float
+// types; for Q8_0 the integers q and for Q4_0 the nibbles, with the block
+// scales (kTileBlocks + slack of them) in `scales`. c0 and len are whole
+// blocks for the quantized types.
+HWY_INLINE void ConvertSpan(TensorType type, const uint8_t* row, size_t c0, size_t len,
+                            float* HWY_RESTRICT out, float* HWY_RESTRICT scales) {
+  const hn::ScalableTag<float> dfull;
+  const size_t G = hn::Lanes(dfull);
   switch (type) {
     case TensorType::kF32:
       std::memcpy(out, row + c0 * sizeof(float), len * sizeof(float));
@@ -539,20 +691,59 @@ HWY_INLINE void DequantizeSpan(TensorType type, const uint8_t* row, size_t c0, s
       return DequantizeHalfRow<hwy::float16_t>(row + c0 * 2, len, out);
     case TensorType::kBF16:
       return DequantizeHalfRow<hwy::bfloat16_t>(row + c0 * 2, len, out);
-    case TensorType::kQ8_0:
-      return DequantizeQ8_0Row(row + c0 / 32 * sizeof(BlockQ8_0), len, out);
-    case TensorType::kQ4_0:
-      return DequantizeQ4_0Row(row + c0 / 32 * sizeof(BlockQ4_0), len, out);
+    case TensorType::kQ8_0: {
+      const hn::CappedTag<float, 32> df;
+      const hn::Rebind<int32_t, decltype(df)> di32;
+      const hn::Rebind<int8_t, decltype(df)> di8;
+      const size_t N = hn::Lanes(df);
+      const uint8_t* blocks = row + c0 / 32 * sizeof(BlockQ8_0);
+      const size_t nb = len / 32;
+      for (size_t b = 0; b < nb; b += G) {
+        ScaledHalfScales(dfull, blocks + b * sizeof(BlockQ8_0), sizeof(BlockQ8_0),
+                         std::min(G, nb - b), 1.0f, scales + b);
+      }
+      for (size_t b = 0; b < nb; ++b) {
+        const int8_t* qs = reinterpret_cast<const int8_t*>(blocks + b * sizeof(BlockQ8_0) + 2);
+        for (size_t e = 0; e < 32; e += N) {
+          hn::Store(hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, qs + e))), df,
+                    out + 32 * b + e);
+        }
+      }
+      return;
+    }
+    case TensorType::kQ4_0: {
+      const hn::CappedTag<float, 16> df;
+      const hn::Rebind<int32_t, decltype(df)> di32;
+      const hn::Rebind<uint32_t, decltype(df)> du32;
+      const hn::Rebind<uint8_t, decltype(df)> du8;
+      const size_t N = hn::Lanes(df);
+      const uint8_t* blocks = row + c0 / 32 * sizeof(BlockQ4_0);
+      const size_t nb = len / 32;
+      for (size_t b = 0; b < nb; b += G) {
+        ScaledHalfScales(dfull, blocks + b * sizeof(BlockQ4_0), sizeof(BlockQ4_0),
+                         std::min(G, nb - b), 1.0f, scales + b);
+      }
+      for (size_t b = 0; b < nb; ++b) {
+        const uint8_t* qs = blocks + b * sizeof(BlockQ4_0) + 2;
+        for (size_t e = 0; e < 16; e += N) {
+          const auto bytes = hn::BitCast(di32, hn::PromoteTo(du32, hn::LoadU(du8, qs + e)));
+          hn::Store(hn::ConvertTo(df, hn::And(bytes, hn::Set(di32, 15))), df, out + 32 * b + e);
+          hn::Store(hn::ConvertTo(df, hn::ShiftRight<4>(bytes)), df, out + 32 * b + 16 + e);
+        }
+      }
+      return;
+    }
     default:
       return;
   }
 }
 
-// y[0..len) += c[j] * w[j][0..len) for j < kM, in order. The w rows are
-// tile rows (padded to kTileCols, so whole vectors may be loaded).
+// Float rows: y[0..len) += c[j] * w[j][0..len) for j < kM, in order. The w
+// rows are tile rows (padded to kTileCols, so whole vectors may be loaded).
 template <size_t kM>
-HWY_INLINE void TileAxpys(const float* const* HWY_RESTRICT w, const float* HWY_RESTRICT c,
-                          size_t len, float* HWY_RESTRICT y) {
+HWY_INLINE void TileFloatAxpys(const float* const* HWY_RESTRICT w,
+                               const float* HWY_RESTRICT c, size_t len,
+                               float* HWY_RESTRICT y) {
   const hn::ScalableTag<float> df;
   const size_t N = hn::Lanes(df);
   size_t i = 0;
@@ -572,32 +763,71 @@ HWY_INLINE void TileAxpys(const float* const* HWY_RESTRICT w, const float* HWY_R
   }
 }
 
-HWY_INLINE void TileAxpysN(size_t m, const float* const* w, const float* c, size_t len,
-                           float* y) {
+// Quantized rows: y[32 b + e] += s[j][b] * q[j][32 b + e] for the `nb`
+// blocks of the tile and j < kM, in order.
+template <size_t kM>
+HWY_INLINE void TileQuantAxpys(const float* const* HWY_RESTRICT q,
+                               const float (*HWY_RESTRICT s)[kTileBlocks], size_t nb,
+                               float* HWY_RESTRICT y) {
+  const hn::CappedTag<float, 32> df;
+  const size_t N = hn::Lanes(df);
+  for (size_t b = 0; b < nb; ++b) {
+    for (size_t e = 0; e < 32; e += N) {
+      float* yp = y + 32 * b + e;
+      auto acc = hn::LoadU(df, yp);
+      for (size_t j = 0; j < kM; ++j) {
+        acc = hn::MulAdd(hn::Set(df, s[j][b]), hn::Load(df, q[j] + 32 * b + e), acc);
+      }
+      hn::StoreU(acc, df, yp);
+    }
+  }
+}
+
+template <bool kQuantized, size_t kM>
+HWY_INLINE void TileAxpysFor(const float* const* q, const float* c,
+                             const float (*s)[kTileBlocks], size_t len, float* y) {
+  if constexpr (kQuantized) {
+    TileQuantAxpys<kM>(q, s, len / 32, y);
+  } else {
+    TileFloatAxpys<kM>(q, c, len, y);
+  }
+}
+
+template <bool kQuantized>
+HWY_INLINE void TileAxpys(size_t m, const float* const* q, const float* c,
+                          const float (*s)[kTileBlocks], size_t len, float* y) {
   static_assert(kAxpyGroupRows == 8);
   switch (m) {
-    case 1: return TileAxpys<1>(w, c, len, y);
-    case 2: return TileAxpys<2>(w, c, len, y);
-    case 3: return TileAxpys<3>(w, c, len, y);
-    case 4: return TileAxpys<4>(w, c, len, y);
-    case 5: return TileAxpys<5>(w, c, len, y);
-    case 6: return TileAxpys<6>(w, c, len, y);
-    case 7: return TileAxpys<7>(w, c, len, y);
-    case 8: return TileAxpys<8>(w, c, len, y);
+    case 1: return TileAxpysFor<kQuantized, 1>(q, c, s, len, y);
+    case 2: return TileAxpysFor<kQuantized, 2>(q, c, s, len, y);
+    case 3: return TileAxpysFor<kQuantized, 3>(q, c, s, len, y);
+    case 4: return TileAxpysFor<kQuantized, 4>(q, c, s, len, y);
+    case 5: return TileAxpysFor<kQuantized, 5>(q, c, s, len, y);
+    case 6: return TileAxpysFor<kQuantized, 6>(q, c, s, len, y);
+    case 7: return TileAxpysFor<kQuantized, 7>(q, c, s, len, y);
+    case 8: return TileAxpysFor<kQuantized, 8>(q, c, s, len, y);
     default: return;
   }
 }
 
 // n tokens: groups of up to kAxpyGroupRows rows that some token needs; per
-// column tile, the group is dequantized once and applied to every token
-// (skipping the rows whose coefficient is zero for that token).
+// column tile, the group is converted once and applied to every token
+// (skipping the rows whose coefficient is zero for that token), with the
+// same per-element operations as AxpyOneToken. `offsets` (Q4_0): n rows of
+// `offset_stride` floats, zeroed here.
+template <bool kQuantized>
 HWY_INLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t count,
                           size_t cols, const float* a, size_t a_stride, size_t n,
-                          float* y, size_t y_stride) {
+                          float* y, size_t y_stride, float* offsets, size_t offset_stride) {
+  const hn::ScalableTag<float> dfull;
+  [[maybe_unused]] const size_t G = hn::Lanes(dfull);
   HWY_ALIGN float tile[kAxpyGroupRows][kTileCols];
+  HWY_ALIGN float scales[kAxpyGroupRows][kTileBlocks + kGemvPad];
+  HWY_ALIGN float s[kAxpyGroupRows][kTileBlocks];
   // Lanes past a short last tile are loaded but never stored; zero them
   // once so no uninitialised value is ever read.
   std::memset(tile, 0, sizeof(tile));
+  if (offsets != nullptr) std::fill(offsets, offsets + n * offset_stride, 0.0f);
   size_t picked[kAxpyGroupRows];
   size_t k = 0;
   while (k < count) {
@@ -613,39 +843,73 @@ HWY_INLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t co
     if (m == 0) break;
     for (size_t c0 = 0; c0 < cols; c0 += kTileCols) {
       const size_t len = std::min(kTileCols, cols - c0);
-      for (size_t r = 0; r < m; ++r) DequantizeSpan(type, rows[picked[r]], c0, len, tile[r]);
+      const size_t nb = len / 32;
+      for (size_t r = 0; r < m; ++r) ConvertSpan(type, rows[picked[r]], c0, len, tile[r], scales[r]);
       for (size_t t = 0; t < n; ++t) {
-        const float* w[kAxpyGroupRows];
+        const float* q[kAxpyGroupRows];
         float c[kAxpyGroupRows];
         size_t used = 0;
         for (size_t r = 0; r < m; ++r) {
           const float coeff = a[t * a_stride + picked[r]];
           if (coeff == 0.0f) continue;
-          w[used] = tile[r];
-          c[used++] = coeff;
+          q[used] = tile[r];
+          c[used] = coeff;
+          if constexpr (kQuantized) {
+            // s = coeff * d per block, as the one-token kernels compute it,
+            // and the Q4_0 offset sums in row order.
+            float* ot = offsets != nullptr ? offsets + t * offset_stride + c0 / 32 : nullptr;
+            for (size_t b = 0; b < nb; b += G) {
+              const auto sv = hn::Mul(hn::LoadU(dfull, scales[r] + b), hn::Set(dfull, coeff));
+              if (nb - b >= G) {
+                hn::StoreU(sv, dfull, s[used] + b);
+              } else {
+                HWY_ALIGN float part[kMaxFloatLanes];
+                hn::Store(sv, dfull, part);
+                std::memcpy(s[used] + b, part, (nb - b) * sizeof(float));
+              }
+              if (ot != nullptr) {
+                for (size_t i = b; i < std::min(nb, b + G); ++i) ot[i] += s[used][i];
+              }
+            }
+          }
+          ++used;
         }
-        if (used != 0) TileAxpysN(used, w, c, len, y + t * y_stride + c0);
+        if (used != 0) TileAxpys<kQuantized>(used, q, c, s, len, y + t * y_stride + c0);
       }
+    }
+  }
+  if (offsets != nullptr) {
+    for (size_t t = 0; t < n; ++t) {
+      ApplyQ4_0Offsets(offsets + t * offset_stride, cols / 32, y + t * y_stride);
     }
   }
 }
 
-// The caller has checked the type and cols.
+// The caller has checked the type and cols. `scratch` holds at least
+// n * (cols / 32 + kGemvPad) floats (Q4_0's offset sums).
 HWY_INLINE void AxpyRowsImpl(TensorType type, const uint8_t* const* rows, size_t count,
                              size_t cols, const float* a, size_t a_stride, size_t n,
-                             float* y, size_t y_stride) {
-  if (n > 1) return AxpyBatch(type, rows, count, cols, a, a_stride, n, y, y_stride);
+                             float* y, size_t y_stride, float* scratch) {
+  float* offsets = type == TensorType::kQ4_0 ? scratch : nullptr;
+  if (n > 1) {
+    const bool quantized = type == TensorType::kQ8_0 || type == TensorType::kQ4_0;
+    if (quantized) {
+      return AxpyBatch<true>(type, rows, count, cols, a, a_stride, n, y, y_stride, offsets,
+                             cols / 32 + kGemvPad);
+    }
+    return AxpyBatch<false>(type, rows, count, cols, a, a_stride, n, y, y_stride, nullptr, 0);
+  }
   switch (type) {
     case TensorType::kF32:
-      return AxpyOneToken<FloatAxpy<float>>(rows, count, cols, a, y);
+      return AxpyOneToken<FloatAxpy<float>>(rows, count, cols, a, y, nullptr);
     case TensorType::kF16:
-      return AxpyOneToken<FloatAxpy<hwy::float16_t>>(rows, count, cols, a, y);
+      return AxpyOneToken<FloatAxpy<hwy::float16_t>>(rows, count, cols, a, y, nullptr);
     case TensorType::kBF16:
-      return AxpyOneToken<FloatAxpy<hwy::bfloat16_t>>(rows, count, cols, a, y);
+      return AxpyOneToken<FloatAxpy<hwy::bfloat16_t>>(rows, count, cols, a, y, nullptr);
     case TensorType::kQ8_0:
-      return AxpyOneToken<Q8_0Axpy>(rows, count, cols, a, y);
+      return AxpyOneToken<Q8_0Axpy>(rows, count, cols, a, y, nullptr);
     case TensorType::kQ4_0:
-      return AxpyOneToken<Q4_0Axpy>(rows, count, cols, a, y);
+      return AxpyOneToken<Q4_0Axpy>(rows, count, cols, a, y, offsets);
     default:
       return;
   }

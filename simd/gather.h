@@ -39,11 +39,15 @@ void DotRows(TensorType type, const uint8_t* const* rows, size_t count,
 // t < n. Rows whose coefficient is zero for a token contribute nothing to it
 // (a row whose coefficients are all zero is not read at all, so NaNs in it do
 // not spread). Numerics: each y element is updated by one multiply-add per
-// nonzero term, in row order, with the exactly dequantized weight (F16/BF16
-// promotion and d * q are exact in f32): on targets with fused multiply-add
-// the result is exactly the chain y = fma(a_k, w_k, y), elsewhere a multiply
-// and an add per term. It is the same for every n and batch composition
-// (gather_test.cc checks that bit for bit).
+// nonzero term, in row order (fused on targets that have it, else a multiply
+// and an add):
+//   F32/F16/BF16: y = y + a * w           (w exact: the promotions are)
+//   Q8_0:         y = y + s * q           s = a * d rounded to f32 once
+//   Q4_0:         y = y + s * nibble, and after all rows y = y - 8 * S with
+//                 S the f32 sum of the block's s in row order.
+// So each term carries at most one more rounding than a * w itself, and the
+// result is the same for every n and batch composition (gather_test.cc
+// checks both bit for bit against a scalar model of these chains).
 void AxpyRows(TensorType type, const uint8_t* const* rows, size_t count,
               size_t cols, const float* a, size_t a_stride, size_t n, float* y,
               size_t y_stride);

@@ -243,15 +243,35 @@ TEST_CASE("DotRows equals Gemv bit for bit and the reference within the Gemv bou
 
 namespace {
 
-// Bounds for AxpyRows against the double reference, per element: the kernel
-// runs y <- y + a_k w_k for the m nonzero terms, each step rounding at most
-// twice (multiply and add; once with fused multiply-add) by a relative 2^-24
-// of a partial sum bounded by |y0| + sum |a_k w_k|; the reference rounds its
-// result once more (2^-24 |ref|).
-double AxpyTolerance(double y0, double abs_terms, size_t m, double ref) {
+// Bounds for AxpyRows against the double reference, per element. The kernel
+// (gather.h) runs m multiply-adds y <- y + s_k q_k, with s_k = a_k d_k
+// rounded once (relative error u = 2^-24, which moves the result by at most
+// u sum |a_k w_k|), each step rounding at most twice by u of a partial
+// bounded by |y0| + sum |s_k q_k|; for Q4_0 q_k is the raw nibble (up to 15,
+// where the element is d (q - 8)) and m more additions form S = sum s_k,
+// applied as -8 S in one more rounding. With o_k = -8 d_k (Q4_0's offset,
+// zero otherwise) every partial is below M = |y0| + sum |a_k| (|w_k| +
+// 3 |o_k|), so the error is at most (2m + 3) u M, plus the reference's own
+// rounding u |ref|.
+double AxpyTolerance(double magnitude, size_t m, double ref) {
   const double u = std::ldexp(1.0, -24);
-  return 1.01 * 2.0 * static_cast<double>(m + 1) * u * (std::fabs(y0) + abs_terms) +
-         u * std::fabs(ref) + 1e-30;
+  return 1.01 * static_cast<double>(2 * m + 3) * u * magnitude + u * std::fabs(ref) + 1e-30;
+}
+
+// The scale and the integer of element i of a quantized row (q is the raw
+// nibble for Q4_0).
+void ScaleAndQuant(TensorType type, const uint8_t* row, size_t i, float* d, float* q) {
+  const size_t block_bytes = GetTensorTypeInfo(type).block_bytes;
+  const uint8_t* block = row + i / 32 * block_bytes;
+  uint16_t bits;
+  std::memcpy(&bits, block, 2);
+  *d = F16ToF32(bits);
+  const size_t e = i % 32;
+  if (type == TensorType::kQ8_0) {
+    *q = static_cast<float>(static_cast<int8_t>(block[2 + e]));
+  } else {
+    *q = static_cast<float>(e < 16 ? block[2 + e] & 15 : block[2 + e - 16] >> 4);
+  }
 }
 
 // Fused multiply-add on the targets whose Highway MulAdd is one instruction
@@ -312,26 +332,43 @@ TEST_CASE("AxpyRows matches the reference, the exact multiply-add chain, and its
       std::vector<float> ref = y0;
       AxpyRowsReference(type, rows.data(), c.count, c.cols, a.data(), a_stride, c.n, ref.data(),
                         y_stride);
-      // Tolerances, and the exact chains (fused and separate) in f32.
+      // Tolerances, and the exact chains of gather.h (fused and separate
+      // multiply-adds) in f32.
       std::vector<double> tol(y0.size(), 0.0);
       std::vector<float> fused = y0, separate = y0;
-      std::vector<std::vector<float>> w(c.count);
-      for (size_t k = 0; k < c.count; ++k) w[k] = Dequantized(type, rows[k], c.cols);
+      std::vector<std::vector<float>> w(c.count), o(c.count);
+      for (size_t k = 0; k < c.count; ++k) {
+        w[k] = Dequantized(type, rows[k], c.cols);
+        o[k] = Offsets(type, rows[k], c.cols);
+      }
       for (size_t t = 0; t < c.n; ++t) {
         for (size_t i = 0; i < c.cols; ++i) {
           const size_t at = t * y_stride + i;
-          double abs_terms = 0;
+          double magnitude = std::fabs(double(y0[at]));
           size_t m = 0;
+          float sum_s = 0.0f;  // Q4_0's S
           for (size_t k = 0; k < c.count; ++k) {
             const float coeff = a[t * a_stride + k];
             if (coeff == 0.0f) continue;
             ++m;
-            abs_terms += std::fabs(double(coeff) * double(w[k][i]));
-            fused[at] = std::fma(coeff, w[k][i], fused[at]);
-            const float product = coeff * w[k][i];
+            magnitude += std::fabs(double(coeff)) *
+                         (std::fabs(double(w[k][i])) + 3 * std::fabs(double(o[k][i])));
+            float scale = coeff, value = w[k][i];
+            if (IsQuantized(type)) {
+              float d;
+              ScaleAndQuant(type, rows[k], i, &d, &value);
+              scale = coeff * d;
+              sum_s = sum_s + scale;
+            }
+            fused[at] = std::fma(scale, value, fused[at]);
+            const float product = scale * value;
             separate[at] = separate[at] + product;
           }
-          tol[at] = AxpyTolerance(y0[at], abs_terms, m, ref[at]);
+          if (type == TensorType::kQ4_0 && m > 0) {
+            fused[at] = fused[at] + -8.0f * sum_s;
+            separate[at] = separate[at] + -8.0f * sum_s;
+          }
+          tol[at] = AxpyTolerance(magnitude, m, ref[at]);
         }
       }
       ForEachTarget([&](const Target& target) {
