@@ -54,7 +54,7 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   const uint64_t minimum = process + metadata + resident + session +
                            StreamedFeedForward::MinimumBytes(*bndl, options.stream, config,
                                                              out.max_batch) +
-                           (2u << 20);
+                           (256u << 10);  // the loader's own buffers
   budget.Charge(process, "process (code, libraries, stacks)", minimum);
   budget.Charge(metadata, "metadata and tokenizer", minimum);
   budget.Charge(resident, "resident weights (attention, embeddings, output)", minimum);

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "formats/bundle.h"
 #include "formats/gguf.h"
+#include "formats/tokenizer_data.h"
 #include "simd/targets.h"
 #include "sparrow_config.h"
 #include "src/cli/commands.h"
@@ -132,6 +133,17 @@ int InfoCommand(int argc, char** argv) {
                   std::string(TensorTypeName(t.type)).c_str(), shape.c_str(),
                   FormatBytes(t.n_bytes).c_str());
     }
+  }
+
+  // A malformed tokenizer (e.g. a score list of the wrong length) makes the
+  // file unusable: that is bad input, not a "cannot run" note.
+  if (file.Find("tokenizer.ggml.model") != nullptr) {
+    const TokenizerData tok = TokenizerData::FromGguf(file);
+    std::printf("\ntokenizer: %s (pre: %s), %zu tokens, %zu merges, bos %d, eos %d, add_bos %s\n",
+                tok.model.c_str(), tok.pre.empty() ? "-" : tok.pre.c_str(), tok.tokens.size(),
+                tok.merges.size(), tok.bos_id, tok.eos_id, tok.add_bos ? "yes" : "no");
+  } else {
+    std::printf("\ntokenizer: none\n");
   }
 
   // Whether this engine can run it, and the reason if not.

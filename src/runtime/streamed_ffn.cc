@@ -56,7 +56,7 @@ uint64_t StreamedFeedForward::MinimumBytes(const bundle::Bundle& b, const Stream
     if (g.kind == bundle::RecordKind::kDipInput) padded_ff = g.part_padded_elems;
   }
   bytes += KernelScratchBytes(c, padded_ff, max_batch);
-  bytes += 3 * Floats(max_batch * std::max<size_t>(padded_ff, kMinRowsPerGroup));
+  bytes += 3 * Floats(max_batch * std::max<size_t>(padded_ff, c.d_model));  // activations
   return bytes;
 }
 
@@ -101,7 +101,6 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
     fraction = std::min(1.0, static_cast<double>(for_caches) / static_cast<double>(full_bytes));
   }
   group_index_.assign(static_cast<size_t>(config.n_layers) * kKinds, -1);
-  uint32_t max_rows = 0;
   for (const bundle::UnitGroup& g : bundle.groups()) {
     uint32_t capacity = static_cast<uint32_t>(fraction * g.n_units);
     capacity = std::clamp(capacity, std::min(kMinRowsPerGroup, g.n_units), g.n_units);
@@ -115,13 +114,14 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
     group.need_stamp.assign(g.n_units, 0);
     group_index_[g.layer * kKinds + static_cast<int>(g.kind)] = static_cast<int>(groups_.size());
     groups_.push_back(std::move(group));
-    max_rows = std::max(max_rows, capacity);
   }
-  const size_t width = std::max<size_t>(max_rows, act_width);
-  budget.Charge(3 * Floats(max_batch * width), "activations", minimum_hint);
-  gate_.Reset(max_batch * width);
-  up_.Reset(max_batch * width);
-  coeff_.Reset(max_batch * width);
+  // Rows are processed in slices of at most width_, so the activation
+  // scratch does not grow with the cache.
+  width_ = act_width;
+  budget.Charge(act_reserve, "activations", minimum_hint);
+  gate_.Reset(max_batch * width_);
+  up_.Reset(max_batch * width_);
+  coeff_.Reset(max_batch * width_);
 }
 
 uint64_t StreamedFeedForward::cache_bytes() const {
@@ -279,27 +279,30 @@ void StreamedFeedForward::ForwardNeuron(uint32_t layer, const float* x, size_t n
   const bundle::UnitGroup& info = *g.info;
   policy_->Select(info, x, n, config_.d_model, &need_);
   const UnitCache& cache = *g.cache;
-  StreamGroup(g, need_, [&](const std::vector<uint32_t>& rows) {
-    const size_t count = rows.size();
-    ops::RowSet set;
-    set.type = bundle_.record_type();
-    set.stride = cache.row_bytes();
-    set.cols = info.part_padded_elems;
-    set.count = count;
-    // A run of consecutive rows is a plain strided matrix (faster kernels).
-    if (rows.back() - rows.front() + 1 == count) {
-      set.base = cache.Row(rows.front());
-    } else {
-      set.base = cache.Row(0);
-      set.index = rows.data();
+  StreamGroup(g, need_, [&](const std::vector<uint32_t>& all_rows) {
+    for (size_t first = 0; first < all_rows.size(); first += width_) {
+      const size_t count = std::min(width_, all_rows.size() - first);
+      const uint32_t* rows = all_rows.data() + first;
+      ops::RowSet set;
+      set.type = bundle_.record_type();
+      set.stride = cache.row_bytes();
+      set.cols = info.part_padded_elems;
+      set.count = count;
+      // A run of consecutive rows is a plain strided matrix (faster kernels).
+      if (rows[count - 1] - rows[0] + 1 == count) {
+        set.base = cache.Row(rows[0]);
+      } else {
+        set.base = cache.Row(0);
+        set.index = rows;
+      }
+      set.offset = 0;
+      ops::RowDots(set, x, n, gate_.data());
+      set.offset = info.part_bytes;
+      ops::RowDots(set, x, n, up_.data());
+      ops::SiluMul(gate_.data(), up_.data(), n * count, gate_.data());
+      set.offset = 2 * size_t{info.part_bytes};
+      ops::RowAxpys(set, gate_.data(), n, out);
     }
-    set.offset = 0;
-    ops::RowDots(set, x, n, gate_.data());
-    set.offset = info.part_bytes;
-    ops::RowDots(set, x, n, up_.data());
-    ops::SiluMul(gate_.data(), up_.data(), n * count, gate_.data());
-    set.offset = 2 * size_t{info.part_bytes};
-    ops::RowAxpys(set, gate_.data(), n, out);
   });
 }
 
@@ -313,45 +316,51 @@ void StreamedFeedForward::ForwardDip(uint32_t layer, const float* x, size_t n, f
 
   // Up and gate: sums of input columns weighted by x.
   policy_->Select(*in.info, x, n, d, &need_);
-  StreamGroup(in, need_, [&](const std::vector<uint32_t>& rows) {
-    const size_t count = rows.size();
-    for (size_t t = 0; t < n; ++t) {
-      for (size_t k = 0; k < count; ++k) {
-        coeff_[t * count + k] = x[t * d + in.cache->UnitAt(rows[k])];
+  StreamGroup(in, need_, [&](const std::vector<uint32_t>& all_rows) {
+    for (size_t first = 0; first < all_rows.size(); first += width_) {
+      const size_t count = std::min(width_, all_rows.size() - first);
+      const uint32_t* rows = all_rows.data() + first;
+      for (size_t t = 0; t < n; ++t) {
+        for (size_t k = 0; k < count; ++k) {
+          coeff_[t * count + k] = x[t * d + in.cache->UnitAt(rows[k])];
+        }
       }
+      ops::RowSet set;
+      set.type = bundle_.record_type();
+      set.base = in.cache->Row(0);
+      set.stride = in.cache->row_bytes();
+      set.cols = ff;
+      set.index = rows;
+      set.count = count;
+      set.offset = 0;
+      ops::RowAxpys(set, coeff_.data(), n, up_.data());
+      set.offset = in.info->part_bytes;
+      ops::RowAxpys(set, coeff_.data(), n, gate_.data());
     }
-    ops::RowSet set;
-    set.type = bundle_.record_type();
-    set.base = in.cache->Row(0);
-    set.stride = in.cache->row_bytes();
-    set.cols = ff;
-    set.index = rows.data();
-    set.count = count;
-    set.offset = 0;
-    ops::RowAxpys(set, coeff_.data(), n, up_.data());
-    set.offset = in.info->part_bytes;
-    ops::RowAxpys(set, coeff_.data(), n, gate_.data());
   });
   ops::SiluMul(gate_.data(), up_.data(), n * ff, gate_.data());
 
   // Down: sum of down columns weighted by the GLU output.
   const float* h = gate_.data();
   policy_->Select(*outg.info, h, n, ff, &need_);
-  StreamGroup(outg, need_, [&](const std::vector<uint32_t>& rows) {
-    const size_t count = rows.size();
-    for (size_t t = 0; t < n; ++t) {
-      for (size_t k = 0; k < count; ++k) {
-        coeff_[t * count + k] = h[t * ff + outg.cache->UnitAt(rows[k])];
+  StreamGroup(outg, need_, [&](const std::vector<uint32_t>& all_rows) {
+    for (size_t first = 0; first < all_rows.size(); first += width_) {
+      const size_t count = std::min(width_, all_rows.size() - first);
+      const uint32_t* rows = all_rows.data() + first;
+      for (size_t t = 0; t < n; ++t) {
+        for (size_t k = 0; k < count; ++k) {
+          coeff_[t * count + k] = h[t * ff + outg.cache->UnitAt(rows[k])];
+        }
       }
+      ops::RowSet set;
+      set.type = bundle_.record_type();
+      set.base = outg.cache->Row(0);
+      set.stride = outg.cache->row_bytes();
+      set.cols = outg.info->part_padded_elems;
+      set.index = rows;
+      set.count = count;
+      ops::RowAxpys(set, coeff_.data(), n, out);
     }
-    ops::RowSet set;
-    set.type = bundle_.record_type();
-    set.base = outg.cache->Row(0);
-    set.stride = outg.cache->row_bytes();
-    set.cols = outg.info->part_padded_elems;
-    set.index = rows.data();
-    set.count = count;
-    ops::RowAxpys(set, coeff_.data(), n, out);
   });
 }
 

@@ -88,7 +88,8 @@ class StreamedFeedForward : public FeedForward {
   StreamStats stats_;
   uint64_t token_ = 0;
   uint32_t stamp_ = 0;
-  // Scratch: coefficients/activations for max_batch tokens.
+  // Scratch: coefficients/activations for max_batch tokens x width_.
+  size_t width_ = 0;
   AlignedBuffer<float> gate_, up_, coeff_;
   std::vector<uint32_t> need_, misses_, candidates_, victims_, expired_, rows_;
   std::vector<ReadOp> ops_;

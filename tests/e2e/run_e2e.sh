@@ -124,5 +124,53 @@ json=$("$SPARROW" bench -m "$STORIES" -p 16 -n 0 -t 1 -r 2 -o json 2>/dev/null)
 echo "$json" | grep -q '"test": "pp16"' && echo "$json" | grep -q '"avg_ts": [0-9]' \
   && pass "bench json" || fail "bench json malformed: $json"
 
+# 8. Bundles: both layouts with F32 records reproduce the dense run exactly;
+#    Q8_0 records stay within 0.5% in perplexity; tight budgets still work.
+for layout in neuron dip; do
+  b=$WORK/stories-$layout.sparrow
+  if ! "$SPARROW" convert -m "$STORIES" -o "$b" --type f32 --layout $layout 2>"$WORK/conv.err"; then
+    fail "convert --layout $layout: $(tail -n 1 "$WORK/conv.err")"; continue
+  fi
+  got=$("$SPARROW" run -m "$b" -p "Once upon a time" -n 200 --temp 0 2>/dev/null | sed 's/[[:space:]]*$//')
+  [ "$got" = "$want" ] && pass "$layout bundle (f32): greedy output equals the dense run" \
+    || fail "$layout bundle (f32): greedy output differs"
+  bppl=$("$SPARROW" perplexity -m "$b" -f "$WORK/ppl.txt" -c 256 2>/dev/null | tail -n 1 | awk '{print $3}')
+  [ "$bppl" = "$ppl" ] && pass "$layout bundle (f32): perplexity $bppl equals dense $ppl" \
+    || fail "$layout bundle (f32): perplexity '$bppl' differs from dense '$ppl'"
+done
+"$SPARROW" convert -m "$STORIES" -o "$WORK/stories-q8.sparrow" --type q8_0 2>/dev/null
+q8=$("$SPARROW" perplexity -m "$WORK/stories-q8.sparrow" -f "$WORK/ppl.txt" -c 256 2>/dev/null | tail -n 1 | awk '{print $3}')
+if [ -n "$q8" ] && within_rel "$q8" "$ppl" 0.005; then
+  pass "q8_0 bundle: perplexity $q8 within 0.5% of dense $ppl"
+else
+  fail "q8_0 bundle: perplexity '$q8' not within 0.5% of dense $ppl"
+fi
+# A budget that holds only part of the feed-forward: still the same text.
+# The minimum comes from the error a too-small budget gives; 300 KiB more
+# holds about half of this model's 660 KiB of feed-forward records.
+min_kib=$("$SPARROW" run -m "$WORK/stories-neuron.sparrow" -p hi --dram-budget 1M 2>&1 \
+          | sed -n 's/.*the minimum for this model is \([0-9.]*\) MiB.*/\1/p' | awk '{printf "%d", $1 * 1024}')
+budget="$((min_kib + 300))K"
+for mode in pread direct mmap; do
+  got=$("$SPARROW" run -m "$WORK/stories-neuron.sparrow" -p "Once upon a time" -n 200 --temp 0 \
+        --dram-budget "$budget" --cache lru --io $mode --stats 2>"$WORK/budget.err" | sed 's/[[:space:]]*$//')
+  if [ "$got" = "$want" ] && grep -Eq "units evicted +[1-9]" "$WORK/budget.err"; then
+    pass "neuron bundle under a $budget budget with --io $mode: same greedy text, units evicted"
+  else
+    fail "neuron bundle under a $budget budget with --io $mode: $(tail -n 1 "$WORK/budget.err")"
+  fi
+done
+expect_input_error "budget too small" "$SPARROW" run -m "$WORK/stories-neuron.sparrow" -p hi --dram-budget 2M
+cp "$WORK/stories-neuron.sparrow" "$WORK/flipped.sparrow"
+# Flip a byte inside record 3 of layer 0 (offset of its section from `info`).
+first=$("$SPARROW" info -m "$WORK/flipped.sparrow" | sed -n 's/.*sparrow.groups.offset .*{\([0-9]*\),.*/\1/p')
+record=$("$SPARROW" info -m "$WORK/flipped.sparrow" | sed -n 's/.*sparrow.groups.record_bytes .*{\([0-9]*\),.*/\1/p')
+printf '\xff' | dd of="$WORK/flipped.sparrow" bs=1 seek=$((first + 3 * record + 5)) conv=notrunc 2>/dev/null
+size=$(stat -c %s "$WORK/flipped.sparrow")
+expect_input_error "corrupted FFN record" "$SPARROW" run -m "$WORK/flipped.sparrow" -p "Once upon a time" -n 4 --temp 0
+head -c $((size / 2)) "$WORK/stories-neuron.sparrow" >"$WORK/truncated.sparrow"
+expect_input_error "truncated bundle" "$SPARROW" run -m "$WORK/truncated.sparrow" -p hi
+expect_input_error "convert over an existing file" "$SPARROW" convert -m "$STORIES" -o "$WORK/stories-neuron.sparrow"
+
 echo "e2e: $failures failure(s)"
 [ $failures -eq 0 ]
