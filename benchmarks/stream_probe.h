@@ -11,17 +11,43 @@
 namespace sparrow::bench {
 
 // Sums `bytes` (a multiple of 64) of `data` as 64-bit integers with vector
-// loads and adds; returns the sum so the reads cannot be optimised away.
-uint64_t StreamSum(const void* data, size_t bytes);
+// loads and adds, reading it as `streams` (1 or 4) contiguous parts side by
+// side; returns the sum so the reads cannot be optimised away.
+uint64_t StreamSum(const void* data, size_t bytes, size_t streams);
 
 struct StreamResult {
   double gb_per_s;  // median over repetitions, 1 GB = 1e9 bytes
   double min_gb_per_s, max_gb_per_s;
 };
 
-// Reads a `buffer_bytes` buffer (allocated and touched once per call) with
-// the current ThreadCount() threads, each its own contiguous part, `reps`
-// times after one warm-up pass.
+// A buffer much larger than the last-level cache, read in passes of any
+// size that walk through it (wrapping around), so that a pass never finds
+// its data in cache. Benchmarks interleave probe passes of the same size as
+// their own repetitions, so both see the same machine conditions.
+class StreamProbe {
+ public:
+  explicit StreamProbe(size_t buffer_bytes);
+  ~StreamProbe();
+  StreamProbe(const StreamProbe&) = delete;
+  StreamProbe& operator=(const StreamProbe&) = delete;
+
+  // Reads the next `bytes` with the current ThreadCount() threads, each its
+  // own contiguous part; returns GB/s.
+  double Pass(size_t bytes);
+  size_t buffer_bytes() const { return bytes_; }
+  // Streams per thread (1 or 4); see StreamSum.
+  void set_streams(size_t streams) { streams_ = streams; }
+  size_t streams() const { return streams_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t streams_ = 1;
+  size_t bytes_ = 0;
+  size_t position_ = 0;
+};
+
+// Whole-buffer passes over a `buffer_bytes` buffer, `reps` times after one
+// warm-up pass.
 StreamResult MeasureStreamRead(size_t buffer_bytes, int reps);
 
 }  // namespace sparrow::bench
