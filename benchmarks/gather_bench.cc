@@ -15,31 +15,38 @@
 // One repetition is what src/ops/row_ops.cc does for one call: prepare the
 // activations (DotRows), split the row list over ParallelFor, and for
 // AxpyRows accumulate into per-thread buffers that are summed in order.
+// Before each repetition the probe reads as many bytes as the repetition's
+// rows hold (StreamProbe: from its own buffer, never cached), so both
+// medians see the same machine conditions.
 //
 //   gather_bench [--types q8_0,q4_0,f16,f32] [--shapes 2048x5632,4096x11008]
 //                [--threads 1,2] [--tokens 1] [--reps 15] [--rotate-mib 768]
-//                [--probe-mib 1024]
+//                [--probe-mib 1024] [--parts 3] [--clock wall|cpu]
 //
 // Shapes are D_MODELxCOUNT. With --tokens N > 1 the figures are for a
 // prompt batch (each row read once for all N tokens; compute-bound).
 //
-// --clock cpu times the kernels and the probe by process CPU time divided
-// by the thread count instead of wall time: on a machine shared with busy
-// neighbours, wall time mostly measures the scheduler, while CPU time still
-// measures how fast the code streams when it runs (exact for one thread; an
-// estimate with more, as idle workers may spin for a while).
+// --clock cpu times the kernels and the probe by CPU time instead of wall
+// time: the serial part of a call on the calling thread plus the longest
+// CPU time any thread spent in its share of the parallel part. On a machine
+// shared with busy neighbours, wall time mostly measures the scheduler,
+// while CPU time still measures how fast the code streams when it runs
+// (though not its share of caches and DRAM bandwidth).
 
 #include <cxxopts.hpp>
+#include <sys/mman.h>
 #include <time.h>
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -66,39 +73,93 @@ struct Shape {
 
 bool g_cpu_clock = false;
 
-// Seconds of the selected clock (see --clock).
-double Now() {
-  if (!g_cpu_clock) return NowSeconds();
+double ThreadCpu() {
   timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec)) /
-         ThreadCount();
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// The stream probe; with the CPU clock, the same loads as MeasureStreamRead
-// (StreamSum over whole MiBs per thread) timed by Now().
-StreamResult Probe(size_t buffer_bytes, int reps) {
-  if (!g_cpu_clock) return MeasureStreamRead(buffer_bytes, reps);
-  constexpr size_t kGrain = 1 << 20;
-  buffer_bytes = std::max<size_t>(kGrain, buffer_bytes / kGrain * kGrain);
-  AlignedBuffer<uint8_t> buffer(buffer_bytes, 4096);
-  for (size_t i = 0; i < buffer_bytes; i += 64) {
-    std::memset(buffer.data() + i, static_cast<int>(i >> 6), 64);
+// Times one call with the selected clock (--clock). With the CPU clock, the
+// call's serial parts (Serial) and the longest CPU time of the bodies that
+// ParallelFor runs (Body) add up; time spent waiting at the end of the
+// parallel region (spinning while a descheduled worker catches up) does not
+// count.
+class CallTimer {
+ public:
+  void Start() {
+    serial_ = 0;
+    longest_body_ = 0;
+    wall_ = NowSeconds();
   }
-  std::atomic<uint64_t> sink{0};
-  auto pass = [&] {
-    const double start = Now();
-    ParallelFor(buffer_bytes, kGrain, [&](size_t begin, size_t end, int) {
-      sink.fetch_add(StreamSum(buffer.data() + begin, end - begin), std::memory_order_relaxed);
+  template <class F>
+  void Serial(const F& f) {
+    const double c0 = g_cpu_clock ? ThreadCpu() : 0.0;
+    f();
+    if (g_cpu_clock) serial_ += ThreadCpu() - c0;
+  }
+  template <class F>
+  void Body(const F& body) {
+    if (!g_cpu_clock) return body();
+    const double c0 = ThreadCpu();
+    body();
+    const double c = ThreadCpu() - c0;
+    std::lock_guard<std::mutex> lock(mu_);
+    longest_body_ = std::max(longest_body_, c);
+  }
+  double Seconds() const {
+    return g_cpu_clock ? serial_ + longest_body_ : NowSeconds() - wall_;
+  }
+
+ private:
+  std::mutex mu_;
+  double wall_ = 0, serial_ = 0, longest_body_ = 0;
+};
+
+// The probe: StreamProbe passes (wall clock), or with the CPU clock the same
+// reads (StreamSum over the thread's part) timed like the kernels.
+class Probe {
+ public:
+  explicit Probe(size_t buffer_bytes) {
+    if (!g_cpu_clock) {
+      wall_.emplace(buffer_bytes);
+      return;
+    }
+    buffer_.Reset(std::max(kGrain, buffer_bytes / kGrain * kGrain), 4096);
+    for (size_t i = 0; i < buffer_.size(); i += 64) {
+      std::memset(buffer_.data() + i, static_cast<int>(i >> 6), 64);
+    }
+  }
+  size_t buffer_bytes() const { return wall_ ? wall_->buffer_bytes() : buffer_.size(); }
+  void set_streams(size_t streams) {
+    if (wall_) wall_->set_streams(streams);
+    streams_ = streams;
+  }
+  // Reads the next `bytes` of the buffer; returns GB/s.
+  double Pass(size_t bytes) {
+    if (wall_) return wall_->Pass(bytes);
+    bytes = std::max(kGrain, std::min(bytes, buffer_.size()) / kGrain * kGrain);
+    if (position_ + bytes > buffer_.size()) position_ = 0;
+    const uint8_t* start = buffer_.data() + position_;
+    position_ += bytes;
+    std::atomic<uint64_t> sink{0};
+    CallTimer timer;
+    timer.Start();
+    ParallelFor(bytes, kGrain, [&](size_t begin, size_t end, int) {
+      timer.Body([&] {
+        sink.fetch_add(StreamSum(start + begin, end - begin, streams_), std::memory_order_relaxed);
+      });
     });
-    return static_cast<double>(buffer_bytes) / (Now() - start) / 1e9;
-  };
-  pass();
-  std::vector<double> rates;
-  for (int r = 0; r < std::max(reps, 1); ++r) rates.push_back(pass());
-  std::sort(rates.begin(), rates.end());
-  return StreamResult{rates[rates.size() / 2], rates.front(), rates.back()};
-}
+    const double seconds = timer.Seconds();
+    if (sink.load() == 1) std::fputc(' ', stderr);  // keeps the sum alive
+    return static_cast<double>(bytes) / seconds / 1e9;
+  }
+
+ private:
+  static constexpr size_t kGrain = 64 << 10;  // bytes per thread chunk unit
+  std::optional<StreamProbe> wall_;
+  AlignedBuffer<uint8_t> buffer_;
+  size_t position_ = 0, streams_ = 1;
+};
 
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -140,7 +201,7 @@ struct Caches {
 };
 
 Caches MakeCaches(TensorType type, Shape shape, size_t parts, size_t rotate_bytes,
-                  std::mt19937& rng) {
+                  bool huge_pages, std::mt19937& rng) {
   Caches c;
   uint64_t part = 0;
   if (!TensorTypeBytes(type, shape.d_model, &part)) {
@@ -150,7 +211,14 @@ Caches MakeCaches(TensorType type, Shape shape, size_t parts, size_t rotate_byte
   c.record_bytes = parts * c.part_bytes;
   c.cache_bytes = c.record_bytes * shape.count;
   c.copies = std::max<size_t>(2, (rotate_bytes + c.cache_bytes - 1) / c.cache_bytes);
-  c.data.Reset(c.copies * c.cache_bytes, 4096);
+  c.data.Reset(c.copies * c.cache_bytes, size_t{2} << 20);
+  if (huge_pages) {
+    // Before the first touch, so the kernel can back it with 2 MiB pages.
+    const size_t bytes = (c.copies * c.cache_bytes + (size_t{2} << 20) - 1) >> 21 << 21;
+    if (madvise(c.data.data(), bytes, MADV_HUGEPAGE) != 0) {
+      std::fprintf(stderr, "gather_bench: madvise(MADV_HUGEPAGE) failed; using small pages\n");
+    }
+  }
   constexpr size_t kDistinct = 31;
   std::vector<uint8_t> records(kDistinct * c.record_bytes);
   std::normal_distribution<float> normal(0.0f, 0.02f);
@@ -175,12 +243,16 @@ size_t Grain(size_t row_bytes) { return std::max<size_t>(4, (64 * 1024) / row_by
 // One DotRows call as the ops layer makes it.
 void Dots(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols,
           const float* x, size_t n, std::vector<simd::GemvInput>& inputs, float* out,
-          size_t row_bytes) {
-  for (size_t t = 0; t < n; ++t) inputs[t].Prepare(type, x + t * cols, cols);
+          size_t row_bytes, CallTimer& timer) {
+  timer.Serial([&] {
+    for (size_t t = 0; t < n; ++t) inputs[t].Prepare(type, x + t * cols, cols);
+  });
   const size_t count = rows.size();
   ParallelFor(count, Grain(row_bytes), [&](size_t begin, size_t end, int) {
-    simd::DotRows(type, rows.data() + begin, end - begin, cols, inputs.data(), n,
-                  out + begin, count);
+    timer.Body([&] {
+      simd::DotRows(type, rows.data() + begin, end - begin, cols, inputs.data(), n,
+                    out + begin, count);
+    });
   });
 }
 
@@ -188,23 +260,29 @@ void Dots(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols,
 // others into zeroed buffers that are then added to y in thread order.
 void Axpys(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols,
            const float* a, size_t n, AlignedBuffer<float>& partial, float* y,
-           size_t row_bytes) {
+           size_t row_bytes, CallTimer& timer) {
   const size_t count = rows.size();
   const int threads = ThreadCount();
   std::vector<char> used(threads, 0);
   ParallelFor(count, Grain(row_bytes), [&](size_t begin, size_t end, int thread) {
-    float* acc = y;
-    if (thread != 0) {
-      acc = partial.data() + static_cast<size_t>(thread - 1) * n * cols;
-      std::fill(acc, acc + n * cols, 0.0f);
-      used[thread] = 1;
-    }
-    simd::AxpyRows(type, rows.data() + begin, end - begin, cols, a + begin, count, n, acc,
-                   cols);
+    timer.Body([&] {
+      float* acc = y;
+      if (thread != 0) {
+        acc = partial.data() + static_cast<size_t>(thread - 1) * n * cols;
+        std::fill(acc, acc + n * cols, 0.0f);
+        used[thread] = 1;
+      }
+      simd::AxpyRows(type, rows.data() + begin, end - begin, cols, a + begin, count, n, acc,
+                     cols);
+    });
   });
-  for (int t = 1; t < threads; ++t) {
-    if (used[t]) simd::AddInPlace(partial.data() + static_cast<size_t>(t - 1) * n * cols, y, n * cols);
-  }
+  timer.Serial([&] {
+    for (int t = 1; t < threads; ++t) {
+      if (used[t]) {
+        simd::AddInPlace(partial.data() + static_cast<size_t>(t - 1) * n * cols, y, n * cols);
+      }
+    }
+  });
 }
 
 struct Result {
@@ -231,10 +309,11 @@ int Main(int argc, char** argv) {
       ("rotate-mib", "Total size of the cache copies that repetitions rotate through",
        cxxopts::value<size_t>()->default_value("768"))
       ("probe-mib", "Stream probe buffer size", cxxopts::value<size_t>()->default_value("1024"))
-      ("probe-reps", "Stream probe repetitions", cxxopts::value<int>()->default_value("5"))
       ("parts", "Parts per record: 3 (neuron layout) or 1 (a plain matrix)",
        cxxopts::value<size_t>()->default_value("3"))
-      ("clock", "wall or cpu (process CPU time / threads)",
+      ("huge-pages", "Back the caches with transparent huge pages (madvise)",
+       cxxopts::value<bool>()->default_value("false"))
+      ("clock", "wall or cpu (see the top of gather_bench.cc)",
        cxxopts::value<std::string>()->default_value("wall"))
       ("h,help", "Show this help");
   const auto opts = options.parse(argc, argv);
@@ -272,28 +351,46 @@ int Main(int argc, char** argv) {
   const int reps = std::max(1, opts["reps"].as<int>());
   const size_t rotate_bytes = opts["rotate-mib"].as<size_t>() << 20;
   const size_t probe_bytes = opts["probe-mib"].as<size_t>() << 20;
-  const int probe_reps = opts["probe-reps"].as<int>();
   const std::string clock_name = opts["clock"].as<std::string>();
   if (clock_name != "wall" && clock_name != "cpu") {
     ThrowInputError("unknown clock '", clock_name, "' (want wall, cpu)");
   }
   g_cpu_clock = clock_name == "cpu";
   const size_t parts = opts["parts"].as<size_t>();
+  const bool huge_pages = opts["huge-pages"].as<bool>();
   if (parts != 1 && parts != 3) ThrowInputError("--parts must be 1 or 3");
 
   std::printf("SIMD target: %s (cpu: %s)\n", simd::CurrentTargetName().c_str(),
               simd::CpuFeatures().c_str());
   std::printf("load average at start: %s\n", LoadAverage().c_str());
-  std::printf("records of %zu part(s); tokens per call: %zu; %s clock; median of %d repetitions; caches rotate through "
-              ">= %zu MiB of copies; probe: %zu MiB, median of %d\n\n",
-              parts, n, g_cpu_clock ? "CPU" : "wall", reps, rotate_bytes >> 20, probe_bytes >> 20,
-              probe_reps);
+  std::printf("records of %zu part(s)%s; tokens per call: %zu; %s clock; median of %d repetitions; "
+              "caches rotate through >= %zu MiB of copies; probe buffer %zu MiB, one pass of the "
+              "rows' size before each repetition\n",
+              parts, huge_pages ? " on huge pages" : "", n, g_cpu_clock ? "CPU" : "wall", reps, rotate_bytes >> 20, probe_bytes >> 20);
+  // 1 or 4 streams per thread, whichever reads faster here (as gemv_bench).
+  Probe probe(probe_bytes);
+  SetThreadCount(thread_counts.front());
+  probe.Pass(probe.buffer_bytes());  // warm-up: page tables, thread pool
+  double best_rate = 0;
+  size_t probe_streams = 1;
+  for (size_t streams : {1, 4, 1, 4}) {
+    probe.set_streams(streams);
+    const double rate = probe.Pass(probe.buffer_bytes());
+    if (rate > best_rate) {
+      best_rate = rate;
+      probe_streams = streams;
+    }
+  }
+  probe.set_streams(probe_streams);
+  std::printf("probe: %zu stream%s per thread (%.2f GB/s whole buffer, %d thread%s)\n\n",
+              probe_streams, probe_streams == 1 ? "" : "s", best_rate, thread_counts.front(),
+              thread_counts.front() == 1 ? "" : "s");
 
   std::mt19937 rng(42);
   std::vector<Result> table;
   for (TensorType type : types) {
     for (Shape shape : shapes) {
-      const Caches caches = MakeCaches(type, shape, parts, rotate_bytes, rng);
+      const Caches caches = MakeCaches(type, shape, parts, rotate_bytes, huge_pages, rng);
       const size_t cols = shape.d_model;
       // Selections: all records in order; a random quarter in random order.
       std::vector<size_t> all(shape.count);
@@ -334,12 +431,17 @@ int Main(int argc, char** argv) {
               return rows;
             };
             const size_t count = picked->size();
+            CallTimer timer;
             auto run = [&](const std::vector<const uint8_t*>& rows) {
+              timer.Start();
               if (kernel == 0) {
-                Dots(type, rows, cols, x.data(), n, inputs, out.data(), caches.part_bytes);
+                Dots(type, rows, cols, x.data(), n, inputs, out.data(), caches.part_bytes,
+                     timer);
               } else {
-                Axpys(type, rows, cols, coeff.data(), n, partial, y.data(), caches.part_bytes);
+                Axpys(type, rows, cols, coeff.data(), n, partial, y.data(), caches.part_bytes,
+                      timer);
               }
+              return timer.Seconds();
             };
             // Sanity check on the first rows before timing anything.
             {
@@ -363,21 +465,21 @@ int Main(int argc, char** argv) {
               }
             }
             run(rows_of(0));  // warm-up (thread pool, buffers)
-            std::vector<double> seconds;
-            const StreamResult probe = Probe(probe_bytes, probe_reps);
+            std::vector<double> seconds, probe_rates;
             for (int r = 0; r < reps; ++r) {
               const std::vector<const uint8_t*> rows = rows_of(static_cast<size_t>(r) + 1);
               std::fill(y.begin(), y.end(), 0.0f);
-              const double start = Now();
-              run(rows);
-              seconds.push_back(Now() - start);
+              probe_rates.push_back(probe.Pass(count * caches.part_bytes));
+              seconds.push_back(run(rows));
             }
             std::sort(seconds.begin(), seconds.end());
+            std::sort(probe_rates.begin(), probe_rates.end());
             const double median = seconds[seconds.size() / 2];
             const double bytes = static_cast<double>(count * caches.part_bytes);
             Result res{std::string(TensorTypeName(type)), kernel == 0 ? "DotRows" : "AxpyRows",
                        label, shape, threads, n, bytes / 1e6, median * 1e3,
-                       bytes / median / 1e9, bytes / seconds.front() / 1e9, probe.gb_per_s};
+                       bytes / median / 1e9, bytes / seconds.front() / 1e9,
+                       probe_rates[probe_rates.size() / 2]};
             std::fprintf(stderr, "%-5s %-8s %4zux%-5zu %-18s t=%d: %6.2f GB/s (probe %.2f, %.0f%%)\n",
                          res.type.c_str(), res.kernel.c_str(), shape.d_model, shape.count, label,
                          threads, res.gbs, res.probe_gbs, 100 * res.gbs / res.probe_gbs);
