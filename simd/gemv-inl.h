@@ -33,6 +33,7 @@
 #include <cstring>
 #include <limits>
 
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include "formats/tensor_type.h"
@@ -47,6 +48,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Blocks whose scales are computed in one pass before their dot products.
 inline constexpr size_t kGemvChunkBlocks = 64;
+// Kernels prefetch each row stream this far ahead. Hardware prefetchers
+// alone leave the block-structured kernels (which also gather block scales
+// ahead of the loads) waiting on DRAM: measured on Sapphire Rapids, this
+// made Q8_0 ~45% and Q4_0 ~5-20% faster; 4 and 8 KiB were equally good.
+inline constexpr size_t kPrefetchBytes = 4096;
+
 // Slack after per-block arrays so that full vectors (up to 64 f32 lanes on
 // 2048-bit SVE) may be loaded and stored past the last block.
 inline constexpr size_t kGemvPad = 64;
@@ -146,18 +153,24 @@ HWY_INLINE hn::Vec<DF> LoadAsFloat(DF df, const hwy::bfloat16_t* p) {
 
 // Rows of plain floats or halves: one f32 multiply-add per element.
 template <typename WT, size_t kRows>
-HWY_INLINE void FloatRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
+HWY_INLINE void FloatRows(const uint8_t* HWY_RESTRICT w, size_t row_stride,
                           size_t cols, const float* HWY_RESTRICT x,
-                          float* HWY_RESTRICT y) {
+                          float* HWY_RESTRICT y,
+                         size_t y_stride) {
   const hn::ScalableTag<float> df;
   const size_t N = hn::Lanes(df);
   const WT* r0 = reinterpret_cast<const WT*>(w);
-  const WT* r1 = kRows > 1 ? reinterpret_cast<const WT*>(w + row_bytes) : r0;
-  const WT* r2 = kRows > 2 ? reinterpret_cast<const WT*>(w + 2 * row_bytes) : r0;
-  const WT* r3 = kRows > 3 ? reinterpret_cast<const WT*>(w + 3 * row_bytes) : r0;
+  const WT* r1 = kRows > 1 ? reinterpret_cast<const WT*>(w + row_stride) : r0;
+  const WT* r2 = kRows > 2 ? reinterpret_cast<const WT*>(w + 2 * row_stride) : r0;
+  const WT* r3 = kRows > 3 ? reinterpret_cast<const WT*>(w + 3 * row_stride) : r0;
   auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
   size_t i = 0;
+  constexpr size_t kAhead = kPrefetchBytes / sizeof(WT);
   for (; i + N <= cols; i += N) {
+    hwy::Prefetch(r0 + i + kAhead);
+    if constexpr (kRows > 1) hwy::Prefetch(r1 + i + kAhead);
+    if constexpr (kRows > 2) hwy::Prefetch(r2 + i + kAhead);
+    if constexpr (kRows > 3) hwy::Prefetch(r3 + i + kAhead);
     const auto xv = hn::LoadU(df, x + i);
     a0 = hn::MulAdd(LoadAsFloat(df, r0 + i), xv, a0);
     if constexpr (kRows > 1) a1 = hn::MulAdd(LoadAsFloat(df, r1 + i), xv, a1);
@@ -188,9 +201,9 @@ HWY_INLINE void FloatRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
     }
   }
   y[0] = ReduceSum(df, a0);
-  if constexpr (kRows > 1) y[1] = ReduceSum(df, a1);
-  if constexpr (kRows > 2) y[2] = ReduceSum(df, a2);
-  if constexpr (kRows > 3) y[3] = ReduceSum(df, a3);
+  if constexpr (kRows > 1) y[y_stride] = ReduceSum(df, a1);
+  if constexpr (kRows > 2) y[2 * y_stride] = ReduceSum(df, a2);
+  if constexpr (kRows > 3) y[3 * y_stride] = ReduceSum(df, a3);
 }
 
 // ------------------------------------------------------------ Q8_0 / Q4_0
@@ -237,6 +250,25 @@ HWY_INLINE void BlockScales(DF df, const uint8_t* HWY_RESTRICT blocks,
   if (count < N) s = hn::IfThenElseZero(hn::FirstN(df, count), s);
   hn::Store(s, df, sw);
   offset = hn::MulAdd(s, hn::LoadU(df, sums), offset);
+}
+
+// Prefetches byte `offset` of each of the kRows rows.
+template <size_t kRows>
+HWY_INLINE void Prefetch4(const uint8_t* const* rows, size_t offset) {
+  hwy::Prefetch(rows[0] + offset);
+  if constexpr (kRows > 1) hwy::Prefetch(rows[1] + offset);
+  if constexpr (kRows > 2) hwy::Prefetch(rows[2] + offset);
+  if constexpr (kRows > 3) hwy::Prefetch(rows[3] + offset);
+}
+
+// Prefetches the `bytes` (a K-quant super-block) at `offset` of the rows.
+template <size_t kRows>
+HWY_INLINE void PrefetchSpan(const uint8_t* r0, const uint8_t* r1, size_t offset,
+                             size_t bytes) {
+  for (size_t i = 0; i < bytes; i += 64) {
+    hwy::Prefetch(r0 + offset + i);
+    if constexpr (kRows > 1) hwy::Prefetch(r1 + offset + i);
+  }
 }
 
 // Scales (BlockScales) of blocks g0.. (at most Lanes(dfull) of them) for
@@ -303,17 +335,18 @@ HWY_INLINE void Q4_0Pair(const Int32Tags& t, V8 bytes_a, V8 bytes_b, V16 xlo,
 // subtracts 8 * d * sum(x) per block through BlockScales' offset term.
 // Activations are in the pair layout (QuantizeActivationsImpl).
 template <size_t kRows>
-HWY_INLINE void Q4_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
+HWY_INLINE void Q4_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_stride,
                          size_t nblocks, const int16_t* HWY_RESTRICT xq,
                          const float* HWY_RESTRICT sx,
-                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
+                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
+                         size_t y_stride) {
   const Int32Tags t;
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
   constexpr size_t kBB = sizeof(BlockQ4_0);
-  const uint8_t* rows[4] = {w, kRows > 1 ? w + row_bytes : w,
-                            kRows > 2 ? w + 2 * row_bytes : w,
-                            kRows > 3 ? w + 3 * row_bytes : w};
+  const uint8_t* rows[4] = {w, kRows > 1 ? w + row_stride : w,
+                            kRows > 2 ? w + 2 * row_stride : w,
+                            kRows > 3 ? w + 3 * row_stride : w};
   auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df), f3 = hn::Zero(t.df);
   auto o0 = hn::Zero(dfull), o1 = hn::Zero(dfull), o2 = hn::Zero(dfull), o3 = hn::Zero(dfull);
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
@@ -337,6 +370,7 @@ HWY_INLINE void Q4_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
         const auto xlo = hn::Load(t.d16, xb);
         const auto xhi = hn::Load(t.d16, xb + 32);
         const size_t a = (g0 + b) * kBB + 2;
+        Prefetch4<kRows>(rows, a + kPrefetchBytes);
         Q4_0Pair(t, hn::LoadU(du8h, rows[0] + a), hn::LoadU(du8h, rows[0] + a + kBB), xlo, xhi,
                  first_half, scales[0] + b, f0);
         if constexpr (kRows > 1)
@@ -375,6 +409,7 @@ HWY_INLINE void Q4_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
       const int16_t* xlo = xq + PairLayoutIndex(block, 0);
       const int16_t* xhi = xq + PairLayoutIndex(block, 16);
       const size_t a = block * kBB + 2;
+      Prefetch4<kRows>(rows, a + kPrefetchBytes);
       Q4_0Single(t, rows[0] + a, xlo, xhi, scales[0][b], f0);
       if constexpr (kRows > 1) Q4_0Single(t, rows[1] + a, xlo, xhi, scales[1 % kRows][b], f1);
       if constexpr (kRows > 2) Q4_0Single(t, rows[2] + a, xlo, xhi, scales[2 % kRows][b], f2);
@@ -382,9 +417,9 @@ HWY_INLINE void Q4_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
     }
   }
   y[0] = ReduceSum(t.df, f0) - 8.0f * ReduceSum(dfull, o0);
-  if constexpr (kRows > 1) y[1] = ReduceSum(t.df, f1) - 8.0f * ReduceSum(dfull, o1);
-  if constexpr (kRows > 2) y[2] = ReduceSum(t.df, f2) - 8.0f * ReduceSum(dfull, o2);
-  if constexpr (kRows > 3) y[3] = ReduceSum(t.df, f3) - 8.0f * ReduceSum(dfull, o3);
+  if constexpr (kRows > 1) y[y_stride] = ReduceSum(t.df, f1) - 8.0f * ReduceSum(dfull, o1);
+  if constexpr (kRows > 2) y[2 * y_stride] = ReduceSum(t.df, f2) - 8.0f * ReduceSum(dfull, o2);
+  if constexpr (kRows > 3) y[3 * y_stride] = ReduceSum(t.df, f3) - 8.0f * ReduceSum(dfull, o3);
 }
 
 // One Q8_0 block: 32 int8 weights at `qs` times 32 activations at `xb`.
@@ -401,17 +436,18 @@ HWY_INLINE void Q8_0Block(const Int32Tags& t, const uint8_t* HWY_RESTRICT qs,
 }
 
 template <size_t kRows>
-HWY_INLINE void Q8_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
+HWY_INLINE void Q8_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_stride,
                          size_t nblocks, const int16_t* HWY_RESTRICT xq,
                          const float* HWY_RESTRICT sx,
-                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
+                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
+                         size_t y_stride) {
   const Int32Tags t;
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
   constexpr size_t kBB = sizeof(BlockQ8_0);
-  const uint8_t* rows[4] = {w, kRows > 1 ? w + row_bytes : w,
-                            kRows > 2 ? w + 2 * row_bytes : w,
-                            kRows > 3 ? w + 3 * row_bytes : w};
+  const uint8_t* rows[4] = {w, kRows > 1 ? w + row_stride : w,
+                            kRows > 2 ? w + 2 * row_stride : w,
+                            kRows > 3 ? w + 3 * row_stride : w};
   auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df), f3 = hn::Zero(t.df);
   auto unused = hn::Zero(dfull);  // Q8_0 is symmetric: no offset term
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
@@ -428,6 +464,7 @@ HWY_INLINE void Q8_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
     for (size_t b = 0; b < count; ++b) {
       const int16_t* xb = xq + (g0 + b) * 32;
       const size_t a = (g0 + b) * kBB + 2;
+      Prefetch4<kRows>(rows, a + kPrefetchBytes);
       Q8_0Block(t, rows[0] + a, xb, scales[0][b], f0);
       if constexpr (kRows > 1) Q8_0Block(t, rows[1] + a, xb, scales[1 % kRows][b], f1);
       if constexpr (kRows > 2) Q8_0Block(t, rows[2] + a, xb, scales[2 % kRows][b], f2);
@@ -435,9 +472,9 @@ HWY_INLINE void Q8_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
     }
   }
   y[0] = ReduceSum(t.df, f0);
-  if constexpr (kRows > 1) y[1] = ReduceSum(t.df, f1);
-  if constexpr (kRows > 2) y[2] = ReduceSum(t.df, f2);
-  if constexpr (kRows > 3) y[3] = ReduceSum(t.df, f3);
+  if constexpr (kRows > 1) y[y_stride] = ReduceSum(t.df, f1);
+  if constexpr (kRows > 2) y[2 * y_stride] = ReduceSum(t.df, f2);
+  if constexpr (kRows > 3) y[3 * y_stride] = ReduceSum(t.df, f3);
 }
 
 // ------------------------------------------------------------ Q4_K
@@ -498,17 +535,18 @@ HWY_INLINE void ApplyScale(DF df, V32 sum0, V32 sum1, float scale,
 }
 
 template <size_t kRows>
-HWY_INLINE void Q4_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
+HWY_INLINE void Q4_KRows(const uint8_t* HWY_RESTRICT w, size_t row_stride,
                          size_t nblocks, const int16_t* HWY_RESTRICT xq,
                          const float* HWY_RESTRICT sx,
-                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
+                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
+                         size_t y_stride) {
   const Int32Tags t;
   const hn::CappedTag<float, 8> d8;
   const size_t N16 = hn::Lanes(t.d16);
   constexpr size_t kBB = sizeof(BlockQ4_K);
   constexpr size_t kQs = offsetof(BlockQ4_K, qs);
   const uint8_t* r0 = w;
-  const uint8_t* r1 = kRows > 1 ? w + row_bytes : w;
+  const uint8_t* r1 = kRows > 1 ? w + row_stride : w;
   auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), e0 = hn::Zero(t.df), e1 = hn::Zero(t.df);
   auto m0 = hn::Zero(d8), m1 = hn::Zero(d8);
   // Scales of super-block sb + 1 are computed before the dot products of sb
@@ -527,6 +565,7 @@ HWY_INLINE void Q4_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
         Q4_KScales(d8, r1 + n * kBB, sx + 8 * n, sums + 8 * n, scales[n & 1][1 % kRows], m1);
     }
     const float(*sw)[8 + kGemvPad] = scales[sb & 1];
+    PrefetchSpan<kRows>(r0, r1, sb * kBB + kPrefetchBytes, kBB);
     for (size_t g = 0; g < 4; ++g) {
       const size_t off = sb * kBB + kQs + 32 * g;
       auto a00 = hn::Zero(t.d32), a01 = hn::Zero(t.d32), b00 = hn::Zero(t.d32),
@@ -549,7 +588,7 @@ HWY_INLINE void Q4_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
     }
   }
   y[0] = ReduceSum(t.df, hn::Add(f0, e0)) - ReduceSum(d8, m0);
-  if constexpr (kRows > 1) y[1] = ReduceSum(t.df, hn::Add(f1, e1)) - ReduceSum(d8, m1);
+  if constexpr (kRows > 1) y[y_stride] = ReduceSum(t.df, hn::Add(f1, e1)) - ReduceSum(d8, m1);
 }
 
 // ------------------------------------------------------------ Q6_K
@@ -597,11 +636,12 @@ HWY_INLINE void Q6_KStep(const Int32Tags& t, const uint8_t* HWY_RESTRICT ql,
 }
 
 template <size_t kRows>
-HWY_INLINE void Q6_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
+HWY_INLINE void Q6_KRows(const uint8_t* HWY_RESTRICT w, size_t row_stride,
                          size_t nblocks, const int16_t* HWY_RESTRICT xq,
                          const float* HWY_RESTRICT group_sx,
                          const float* HWY_RESTRICT group_sums,
-                         float* HWY_RESTRICT y) {
+                         float* HWY_RESTRICT y,
+                         size_t y_stride) {
   const Int32Tags t;
   const hn::CappedTag<float, 8> d8;
   const size_t N16 = hn::Lanes(t.d16);
@@ -613,7 +653,7 @@ HWY_INLINE void Q6_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
   constexpr size_t kBB = sizeof(BlockQ6_K);
   constexpr size_t kQh = offsetof(BlockQ6_K, qh);
   const uint8_t* r0 = w;
-  const uint8_t* r1 = kRows > 1 ? w + row_bytes : w;
+  const uint8_t* r1 = kRows > 1 ? w + row_stride : w;
   auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), g0 = hn::Zero(t.df), g1 = hn::Zero(t.df);
   auto o0 = hn::Zero(d8), o1 = hn::Zero(d8);
   // Ping-pong scale buffer as in Q4_KRows.
@@ -631,6 +671,7 @@ HWY_INLINE void Q6_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
                    scales[n & 1][1 % kRows], o1);
     }
     const float(*sw)[16 + kGemvPad] = scales[sb & 1];
+    PrefetchSpan<kRows>(r0, r1, sb * kBB + kPrefetchBytes, kBB);
     for (size_t h = 0; h < 2; ++h) {
       for (size_t l0 = 0; l0 < 32; l0 += span) {
         auto a00 = hn::Zero(t.d32), a01 = hn::Zero(t.d32), b00 = hn::Zero(t.d32),
@@ -676,22 +717,28 @@ HWY_INLINE void Q6_KRows(const uint8_t* HWY_RESTRICT w, size_t row_bytes,
     }
   }
   y[0] = ReduceSum(t.df, hn::Add(f0, g0)) - 32.0f * ReduceSum(d8, o0);
-  if constexpr (kRows > 1) y[1] = ReduceSum(t.df, hn::Add(f1, g1)) - 32.0f * ReduceSum(d8, o1);
+  if constexpr (kRows > 1) y[y_stride] = ReduceSum(t.df, hn::Add(f1, g1)) - 32.0f * ReduceSum(d8, o1);
 }
 
 // ------------------------------------------------------------ dispatch
 
-// Calls K::Run<kGroup> on whole groups of rows, then K::Run<1> on the rest.
+// Runs K::Run<kGroup> on groups of kGroup rows taken from kGroup equal
+// parts of [row_begin, row_end), one row from each part at a time, then
+// K::Run<1> on the few rows left over. Each part is then read as one long
+// sequential stream, so hardware prefetchers keep kGroup streams going;
+// groups of adjacent rows would read kGroup interleaved short streams (a
+// row is a few KiB), which prefetch poorly.
 template <size_t kGroup, class K, typename... Args>
 HWY_INLINE void ForRowGroups(const uint8_t* base, size_t row_bytes,
                              size_t row_begin, size_t row_end, float* y,
                              Args... args) {
-  size_t r = row_begin;
-  for (; r + kGroup <= row_end; r += kGroup) {
-    K::template Run<kGroup>(base + r * row_bytes, row_bytes, args..., y + r);
+  const size_t part = (row_end - row_begin) / kGroup;
+  for (size_t i = 0; i < part; ++i) {
+    const size_t r = row_begin + i;
+    K::template Run<kGroup>(base + r * row_bytes, part * row_bytes, args..., y + r, part);
   }
-  for (; r < row_end; ++r) {
-    K::template Run<1>(base + r * row_bytes, row_bytes, args..., y + r);
+  for (size_t r = row_begin + kGroup * part; r < row_end; ++r) {
+    K::template Run<1>(base + r * row_bytes, row_bytes, args..., y + r, size_t{1});
   }
 }
 
