@@ -80,30 +80,39 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
   planner_ = std::make_unique<ReadPlanner>(staging, plan);
 
   uint32_t padded_ff = config.d_ff;
-  uint64_t full_bytes = 0;
-  uint64_t fixed_group_bytes = 0;  // maps and policy records: paid whatever the capacity
   for (const bundle::UnitGroup& g : bundle.groups()) {
-    full_bytes += uint64_t{g.n_units} * g.payload_bytes;
-    fixed_group_bytes += GroupBytes(g, stream.eviction, 0);
     if (g.kind == bundle::RecordKind::kDipInput) padded_ff = g.part_padded_elems;
   }
   budget.Charge(KernelScratchBytes(config, padded_ff, max_batch), "kernel scratch", minimum_hint);
 
-  // What is left, less the activation scratch sized below, goes to caches
-  // in proportion to each group's size.
+  // What is left, less the activation scratch, goes to the caches in
+  // proportion to each group's size: the largest fraction whose exact cost
+  // (rows, maps, policy records) fits.
   const size_t act_width = std::max<size_t>(padded_ff, config.d_model);
   const uint64_t act_reserve = 3 * Floats(max_batch * act_width);
+  auto capacity_at = [&](const bundle::UnitGroup& g, double fraction) {
+    const uint32_t capacity = static_cast<uint32_t>(fraction * g.n_units);
+    return std::clamp(capacity, std::min(kMinRowsPerGroup, g.n_units), g.n_units);
+  };
+  auto cost_at = [&](double fraction) {
+    uint64_t bytes = act_reserve;
+    for (const bundle::UnitGroup& g : bundle.groups()) {
+      bytes += GroupBytes(g, stream.eviction, capacity_at(g, fraction));
+    }
+    return bytes;
+  };
   double fraction = 1.0;
-  if (!budget.unlimited()) {
-    const uint64_t remaining = budget.remaining();
-    const uint64_t reserve = act_reserve + fixed_group_bytes;
-    const uint64_t for_caches = remaining > reserve ? remaining - reserve : 0;
-    fraction = std::min(1.0, static_cast<double>(for_caches) / static_cast<double>(full_bytes));
+  if (!budget.unlimited() && cost_at(1.0) > budget.remaining()) {
+    double lo = 0.0, hi = 1.0;  // cost_at(lo) may not fit either: Charge says so
+    for (int i = 0; i < 40; ++i) {
+      const double mid = (lo + hi) / 2;
+      (cost_at(mid) <= budget.remaining() ? lo : hi) = mid;
+    }
+    fraction = lo;
   }
   group_index_.assign(static_cast<size_t>(config.n_layers) * kKinds, -1);
   for (const bundle::UnitGroup& g : bundle.groups()) {
-    uint32_t capacity = static_cast<uint32_t>(fraction * g.n_units);
-    capacity = std::clamp(capacity, std::min(kMinRowsPerGroup, g.n_units), g.n_units);
+    const uint32_t capacity = capacity_at(g, fraction);
     budget.Charge(GroupBytes(g, stream.eviction, capacity),
                   StrCat("unit cache (layer ", g.layer, " ", bundle::RecordKindName(g.kind), ")"),
                   minimum_hint);
