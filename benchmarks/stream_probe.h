@@ -15,6 +15,11 @@ namespace sparrow::bench {
 // side; returns the sum so the reads cannot be optimised away.
 uint64_t StreamSum(const void* data, size_t bytes, size_t streams);
 
+// CPU time of the calling thread, in seconds. On a machine shared with busy
+// neighbours, wall time mostly measures the scheduler; a thread's CPU time
+// still measures its work (though not its share of caches and DRAM).
+double ThreadCpuSeconds();
+
 struct StreamResult {
   double gb_per_s;  // median over repetitions, 1 GB = 1e9 bytes
   double min_gb_per_s, max_gb_per_s;
@@ -32,8 +37,9 @@ class StreamProbe {
   StreamProbe& operator=(const StreamProbe&) = delete;
 
   // Reads the next `bytes` with the current ThreadCount() threads, each its
-  // own contiguous part; returns GB/s.
-  double Pass(size_t bytes);
+  // own contiguous part; returns GB/s. With `cpu_clock` the time is the
+  // largest CPU time any thread spent on its part (ThreadCpuSeconds).
+  double Pass(size_t bytes, bool cpu_clock = false);
   size_t buffer_bytes() const { return bytes_; }
   // Streams per thread (1 or 4); see StreamSum.
   void set_streams(size_t streams) { streams_ = streams; }
