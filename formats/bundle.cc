@@ -44,10 +44,16 @@ class FileHandle {
   }
 
   // Reads exactly `n` bytes at `offset`; InputError naming `what` otherwise.
-  void ReadAt(void* dst, uint64_t n, uint64_t offset, const char* what) const {
+  // With `uncached`, the page cache is asked to forget each 64 MiB as soon as
+  // it is copied out: the caller keeps its own copy, and a second one in the
+  // page cache would take DRAM that the budget does not see (it counts
+  // against a cgroup memory limit, and evicts neurons we could cache).
+  void ReadAt(void* dst, uint64_t n, uint64_t offset, const char* what,
+              bool uncached = false) const {
     auto* p = static_cast<uint8_t*>(dst);
     while (n > 0) {
-      const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, uint64_t{1} << 30));
+      const size_t chunk = static_cast<size_t>(
+          std::min<uint64_t>(n, uncached ? uint64_t{64} << 20 : uint64_t{1} << 30));
       const ssize_t got = ::pread(fd_, p, chunk, static_cast<off_t>(offset));
       if (got < 0) {
         if (errno == EINTR) continue;
@@ -57,6 +63,12 @@ class FileHandle {
       if (got == 0) {
         ThrowInputError(path_, ": truncated: the file ends inside the ", what);
       }
+#if defined(POSIX_FADV_DONTNEED)
+      if (uncached) {
+        (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(got),
+                              POSIX_FADV_DONTNEED);
+      }
+#endif
       p += got;
       n -= static_cast<uint64_t>(got);
       offset += static_cast<uint64_t>(got);
@@ -446,7 +458,8 @@ const UnitGroup* Bundle::FindGroup(uint32_t layer, RecordKind kind) const {
 gguf::GgufFile Bundle::LoadResident() const {
   const FileHandle file(path_);
   std::vector<uint8_t> bytes(resident_bytes_);
-  file.ReadAt(bytes.data(), bytes.size(), resident_offset_, "resident section");
+  file.ReadAt(bytes.data(), bytes.size(), resident_offset_, "resident section",
+              /*uncached=*/true);
   const uint32_t crc = Crc32c(bytes.data(), bytes.size());
   if (crc != resident_crc_) {
     ThrowInputError(path_, ": resident section checksum mismatch (stored ", Hex32(resident_crc_),
@@ -471,7 +484,7 @@ void Bundle::VerifyAll(const std::function<void(uint64_t, uint64_t)>& progress) 
     for (uint32_t slot = 0; slot < g.n_units; slot += per_read) {
       const uint32_t n = std::min(per_read, g.n_units - slot);
       file.ReadAt(buffer.data(), uint64_t{n} * g.record_bytes,
-                  g.offset + uint64_t{slot} * g.record_bytes, "records");
+                  g.offset + uint64_t{slot} * g.record_bytes, "records", /*uncached=*/true);
       for (uint32_t i = 0; i < n; ++i) {
         VerifyRecord(g, unit_of_slot[slot + i], buffer.data() + size_t{i} * g.record_bytes);
       }
