@@ -223,17 +223,50 @@ else
   bad "sparrow info on a CPU without AES: exit $rc, $(head -c 300 "$work/noaes.err")"
 fi
 
+# qemu runs one guest thread per host thread and the runs below are
+# independent: they go side by side, ARM64_PARALLEL (default: all cores) at a
+# time, each into its own log. Their PASS/FAIL lines are counted afterwards,
+# in the order the jobs were listed.
+parallel=${ARM64_PARALLEL:-$(nproc)}
+jobs_run=0
+job_cmds=()
+run_side_by_side() {
+  local first=$jobs_run cmd
+  for cmd in "$@"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
+    ( set +e; eval "$cmd"; echo $? >"$work/job-$jobs_run.rc" ) >"$work/job-$jobs_run.out" 2>&1 &
+    job_cmds[$jobs_run]=$cmd
+    jobs_run=$((jobs_run + 1))
+  done
+  wait || true
+  local i line verdicts
+  for ((i = first; i < jobs_run; ++i)); do
+    cat "$work/job-$i.out"
+    verdicts=0
+    while IFS= read -r line; do
+      case $line in
+        "PASS: "*) passed=$((passed + 1)); verdicts=$((verdicts + 1)) ;;
+        "FAIL: "*) failed=$((failed + 1)); failures+=("${line#FAIL: }"); verdicts=$((verdicts + 1)) ;;
+      esac
+    done <"$work/job-$i.out"
+    if [ "$verdicts" -eq 0 ]; then
+      bad "job '${job_cmds[$i]}' ended (status $(cat "$work/job-$i.rc" 2>/dev/null || echo '?')) without a verdict"
+    fi
+  done
+}
+
 stage "SIMD unit tests on each CPU"
+simd_jobs=()
 for entry in "${cpus[@]}"; do
   IFS='|' read -r name cpu expected targets <<<"$entry"
   [ "$targets" = - ] && continue
-  run_simd_tests "$name" "$cpu" "$expected" "$targets"
-  echo "  ($((SECONDS - start)) s elapsed)"
+  simd_jobs+=("run_simd_tests '$name' '$cpu' '$expected' '$targets'")
 done
+run_side_by_side "${simd_jobs[@]}"
 
 stage "format, tokenizer, engine and bundle unit tests (qemu -cpu max)"
-for t in "${unit_tests[@]}"; do
-  rc=0
+run_unit_test() {
+  local t=$1 rc=0
   timeout 900 qemu-aarch64 -cpu max "$(exe "$t")" >"$work/$t.log" 2>&1 || rc=$?
   grep -E '^\[doctest\] (test cases|assertions)' "$work/$t.log" | sed "s/^/  [$t] /" || true
   if [ $rc -eq 0 ]; then
@@ -243,7 +276,10 @@ for t in "${unit_tests[@]}"; do
     tail -n 5 "$work/$t.log"
     bad "$t: exit $rc"
   fi
-done
+}
+unit_jobs=()
+for t in "${unit_tests[@]}"; do unit_jobs+=("run_unit_test $t"); done
+run_side_by_side "${unit_jobs[@]}"
 
 stage "greedy stories260K, every target, every vector length"
 # NEON runs on the CPU without SVE, by Highway's own choice; each SVE CPU
@@ -257,6 +293,7 @@ greedy=(
   "sve2048|SVE2 SVE"
   "a64fx|"
 )
+greedy_jobs=()
 for entry in "${greedy[@]}"; do
   IFS='|' read -r name targets <<<"$entry"
   cpu=""
@@ -265,11 +302,12 @@ for entry in "${greedy[@]}"; do
     [ "$cname" = "$name" ] && cpu=$ccpu
   done
   if [ -z "$targets" ]; then
-    run_greedy "$name" "$cpu" ""
+    greedy_jobs+=("run_greedy '$name' '$cpu' ''")
   else
-    for target in $targets; do run_greedy "$name" "$cpu" "$target"; done
+    for target in $targets; do greedy_jobs+=("run_greedy '$name' '$cpu' '$target'"); done
   fi
 done
+run_side_by_side "${greedy_jobs[@]}"
 echo "  ($((SECONDS - start)) s elapsed)"
 
 stage "done"

@@ -175,21 +175,34 @@ PY
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 
-status=0
+# The fuzzers run side by side (one process each, one core each on a
+# 2-core machine), each logging to its own file, shown when it ends.
 run() {
   local name="$1" max_len="$2"
-  log "running $name for ${SECONDS_PER_FUZZER}s"
-  if ! "$BUILD/tests/fuzz/$name" -max_total_time="$SECONDS_PER_FUZZER" -max_len="$max_len" \
-      -timeout=20 -rss_limit_mb=2560 -print_final_stats=1 \
-      -artifact_prefix="$BUILD/artifacts/$name-" \
-      "$BUILD/corpus/${name%_fuzzer}" "$SEEDS/${name%_fuzzer}"; then
+  "$BUILD/tests/fuzz/$name" -max_total_time="$SECONDS_PER_FUZZER" -max_len="$max_len" \
+    -timeout=20 -rss_limit_mb=2560 -print_final_stats=1 \
+    -artifact_prefix="$BUILD/artifacts/$name-" \
+    "$BUILD/corpus/${name%_fuzzer}" "$SEEDS/${name%_fuzzer}" >"$BUILD/$name.log" 2>&1
+}
+names=(gguf_fuzzer)
+run gguf_fuzzer 65536 &
+pids=($!)
+if [[ " ${TARGETS[*]} " == *" tests/fuzz/tokenizer_fuzzer "* ]]; then
+  names+=(tokenizer_fuzzer)
+  run tokenizer_fuzzer 4096 &
+  pids+=($!)
+fi
+log "running ${names[*]} for ${SECONDS_PER_FUZZER}s each, in parallel"
+status=0
+for i in "${!pids[@]}"; do
+  name=${names[$i]}
+  if wait "${pids[$i]}"; then
+    log "$name: $(grep -E '^(#[0-9]+.*DONE|Done [0-9]+ runs)' "$BUILD/$name.log" | tail -n 1)"
+  else
+    tail -n 40 "$BUILD/$name.log"
     log "$name FAILED: see the reproducer in $BUILD/artifacts/"
     status=1
   fi
-}
-run gguf_fuzzer 65536
-if [[ " ${TARGETS[*]} " == *" tests/fuzz/tokenizer_fuzzer "* ]]; then
-  run tokenizer_fuzzer 4096
-fi
+done
 if [ "$status" = 0 ]; then log "no crashes"; fi
 exit "$status"

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "simd/quantize.h"
+#include "sparrow_config.h"
 #include "src/threads.h"
 
 using namespace sparrow;
@@ -71,10 +72,11 @@ TEST_CASE("batched MatMul equals MatVec per token, and the reference path, for e
       ops::SetKernelMode(ops::KernelMode::kReference);
       ops::MatMul(w.view, x.data(), n, reference.data());
       ops::SetKernelMode(ops::KernelMode::kFast);
-      // The batched path multiplies dequantized f32 weights by f32
-      // activations, like the reference; GEMV may quantize activations to
-      // 16 bits, costing ~1e-4 of the largest output.
-      CHECK(MaxRelError(batched, reference) < 1e-5);
+      // With oneDNN the batched path multiplies dequantized f32 weights by
+      // f32 activations, like the reference; GEMV (also the batched path
+      // without oneDNN) may quantize activations to 16 bits, costing ~1e-4
+      // of the largest output.
+      CHECK(MaxRelError(batched, reference) < (SPARROW_HAVE_ONEDNN ? 1e-5 : 1e-3));
       CHECK(MaxRelError(single, reference) < 1e-3);
     }
   }

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -171,6 +173,18 @@ void ProgressBar::Update(uint64_t done, uint64_t total) {
                FormatBytes(done).c_str(), FormatBytes(total).c_str());
   std::fflush(stderr);
   drawn_ = true;
+}
+
+double RealOption(const cxxopts::ParseResult& args, const std::string& name) {
+  const std::string text = args[name].as<std::string>();
+  errno = 0;
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  const bool whole = !text.empty() && end == text.c_str() + text.size();
+  if (!whole || errno == ERANGE || !std::isfinite(value)) {
+    ThrowInputError("--", name, ": '", text, "' is not a number");
+  }
+  return value;
 }
 
 }  // namespace sparrow::cli

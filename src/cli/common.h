@@ -36,6 +36,10 @@ bool Parse(cxxopts::Options& options, int argc, char** argv,
 std::string Require(const cxxopts::ParseResult& args, const std::string& name);
 
 // "1,2,4" -> {1, 2, 4}; InputError on anything else.
+// The value of a real-number option, given as text: the whole of it must
+// be a finite decimal number ("0.x" or "1e999" is an InputError naming
+// --name), which cxxopts' own float parsing does not check.
+double RealOption(const cxxopts::ParseResult& args, const std::string& name);
 std::vector<int> ParseIntList(const std::string& text, const std::string& flag);
 
 std::string ReadTextFile(const std::string& path);

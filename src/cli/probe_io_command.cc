@@ -79,7 +79,7 @@ int ProbeIoCommand(int argc, char** argv) {
                                   "4K,8K,16K,32K,64K,128K,256K,512K,1M"))
       ("threads", "Parallel readers (queue depth)",
        cxxopts::value<std::string>()->default_value("1,2,4,8,16,32"))
-      ("seconds", "Seconds per measurement", cxxopts::value<double>()->default_value("1"))
+      ("seconds", "Seconds per measurement", cxxopts::value<std::string>()->default_value("1"))
       ("csv", "Also write the results as CSV to this file", cxxopts::value<std::string>())
       ("io", "direct (O_DIRECT, bypasses the page cache) or pread (buffered)",
        cxxopts::value<std::string>()->default_value("direct"));
@@ -100,7 +100,7 @@ int ProbeIoCommand(int argc, char** argv) {
       ThrowInputError("--threads: ", t, " is outside [1, ", io::kMaxThreads, "]");
     }
   }
-  const double seconds = args["seconds"].as<double>();
+  const double seconds = RealOption(args, "seconds");
   if (!(seconds > 0 && seconds <= 3600)) ThrowInputError("--seconds: must be in (0, 3600]");
 
   IoProbe probe(path, io == "direct");

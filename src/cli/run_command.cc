@@ -24,10 +24,10 @@ int RunCommand(int argc, char** argv) {
        cxxopts::value<int>()->default_value("128"))
       ("c,ctx-size", "Context size in tokens (default: the model's, at most 4096)",
        cxxopts::value<int>()->default_value("0"))
-      ("temp", "Temperature; 0 = greedy", cxxopts::value<float>()->default_value("0.8"))
+      ("temp", "Temperature; 0 = greedy", cxxopts::value<std::string>()->default_value("0.8"))
       ("top-k", "Keep the k most likely tokens (0: all)", cxxopts::value<int>()->default_value("40"))
       ("top-p", "Keep the smallest set with this much probability (1: all)",
-       cxxopts::value<float>()->default_value("0.95"))
+       cxxopts::value<std::string>()->default_value("0.95"))
       ("seed", "Random seed (default: from the clock)", cxxopts::value<uint64_t>());
   AddEngineOptions(options);
   AddModelOptions(options);
@@ -42,9 +42,10 @@ int RunCommand(int argc, char** argv) {
   const int n_predict = args["n-predict"].as<int>();
   if (n_predict < -1) ThrowInputError("-n must be -1 or more");
   SamplerParams sp;
-  sp.temperature = args["temp"].as<float>();
+  sp.temperature = static_cast<float>(RealOption(args, "temp"));
+  if (sp.temperature < 0.0f) ThrowInputError("--temp must be 0 or more");
   sp.top_k = args["top-k"].as<int>();
-  sp.top_p = args["top-p"].as<float>();
+  sp.top_p = static_cast<float>(RealOption(args, "top-p"));
   if (!(sp.top_p > 0.0f)) ThrowInputError("--top-p must be positive");
   sp.seed = args.count("seed") ? args["seed"].as<uint64_t>()
                                : static_cast<uint64_t>(std::random_device{}()) ^

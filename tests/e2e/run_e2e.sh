@@ -102,6 +102,7 @@ expect_input_error "missing -m" "$SPARROW" run -p hi
 expect_input_error "bad synth type" "$SPARROW" synth -o "$WORK/x.gguf" --dim 64 --ffn 64 --layers 1 --heads 2 --vocab 400 --type q5_K
 expect_input_error "synth shape not a block multiple" "$SPARROW" synth -o "$WORK/x.gguf" --dim 100 --ffn 64 --layers 1 --heads 2 --vocab 400 --type q8_0
 expect_input_error "missing perplexity text" "$SPARROW" perplexity -m "$STORIES" -f "$WORK/none.txt"
+expect_input_error "temperature not a number" "$SPARROW" run -m "$STORIES" -p hi --temp 0.x
 expect_input_error "bad thread list" "$SPARROW" bench -m "$STORIES" -t 1,x
 [ ! -e "$WORK/x.gguf" ] && pass "failed synth left no output file" || fail "failed synth left $WORK/x.gguf"
 if "$SPARROW" synth -o "$model" --dim 256 --ffn 512 --layers 1 --heads 4 --vocab 1000 --type f32 2>/dev/null; then
