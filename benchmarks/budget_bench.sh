@@ -15,6 +15,10 @@
 # /tmp/sparrow-budget-bench; about 2.4 GB of disk). Environment:
 #   BUDGETS="100 75 50"  IO_MODES="pread direct mmap uring"  TOKENS=16
 #   CTX=512 (the KV cache is part of the budget)  CACHE=window  PROMPT=...
+#   MEMCAP=../shared/tools/memcap.sh  runs each command under that tool's
+#   cgroup memory limit (page cache included) at budget + 5%, as on a machine
+#   that has only that much RAM: buffered --io modes then cannot lean on a
+#   page cache larger than the budget.
 set -euo pipefail
 sparrow=${1:-build/sparrow}
 bundle=${2:-}
@@ -73,6 +77,7 @@ echo "machine: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1), $(np
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "bundle: $bundle ($((bundle_bytes >> 20)) MiB); $tokens tokens after a $(wc -w <<<"$prompt")-word prompt, ctx $ctx, --cache $cache"
 [ -w /proc/sys/vm/drop_caches ] && echo "page cache dropped before each run" || echo "not root: page cache NOT dropped between runs"
+[ -n "${MEMCAP:-}" ] && echo "each run under $MEMCAP at budget + 5% (page cache included)"
 echo
 echo "| budget | --io | gen tok/s | peak RSS MiB | RSS / budget | read per decode token | hit rate | I/O | memory mgmt | compute | bundle in page cache |"
 echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -83,7 +88,9 @@ for pct in $budgets; do
   for io in $io_modes; do
     drop_caches
     log=$dir/run-$pct-$io.log
-    if ! /usr/bin/time -v "$sparrow" run -m "$bundle" -p "$prompt" -n "$tokens" -c "$ctx" --temp 0 \
+    cap=()
+    [ -n "${MEMCAP:-}" ] && cap=("$MEMCAP" $((budget_bytes * 105 / 100 >> 20)))
+    if ! "${cap[@]}" /usr/bin/time -v "$sparrow" run -m "$bundle" -p "$prompt" -n "$tokens" -c "$ctx" --temp 0 \
          --dram-budget "$pct%" --io "$io" --cache "$cache" --stats >/dev/null 2>"$log"; then
       echo "| $pct% | $io | failed: $(grep -m1 error "$log") |"
       failed=$((failed + 1))
