@@ -35,7 +35,6 @@
 
 #include <cxxopts.hpp>
 #include <sys/mman.h>
-#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -43,18 +42,17 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <numeric>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "base/aligned_buffer.h"
 #include "base/error.h"
 #include "base/timer.h"
+#include "benchmarks/bench_util.h"
 #include "benchmarks/stream_probe.h"
 #include "formats/tensor_type.h"
 #include "simd/gather.h"
@@ -73,12 +71,6 @@ struct Shape {
 
 bool g_cpu_clock = false;
 
-double ThreadCpu() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 // Times one call with the selected clock (--clock). With the CPU clock, the
 // call's serial parts (Serial) and the longest CPU time of the bodies that
 // ParallelFor runs (Body) add up; time spent waiting at the end of the
@@ -93,16 +85,16 @@ class CallTimer {
   }
   template <class F>
   void Serial(const F& f) {
-    const double c0 = g_cpu_clock ? ThreadCpu() : 0.0;
+    const double c0 = g_cpu_clock ? ThreadCpuSeconds() : 0.0;
     f();
-    if (g_cpu_clock) serial_ += ThreadCpu() - c0;
+    if (g_cpu_clock) serial_ += ThreadCpuSeconds() - c0;
   }
   template <class F>
   void Body(const F& body) {
     if (!g_cpu_clock) return body();
-    const double c0 = ThreadCpu();
+    const double c0 = ThreadCpuSeconds();
     body();
-    const double c = ThreadCpu() - c0;
+    const double c = ThreadCpuSeconds() - c0;
     std::lock_guard<std::mutex> lock(mu_);
     longest_body_ = std::max(longest_body_, c);
   }
@@ -161,16 +153,6 @@ class Probe {
   size_t position_ = 0, streams_ = 1;
 };
 
-std::vector<std::string> Split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, sep)) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 Shape ParseShape(const std::string& s) {
   const size_t x = s.find('x');
   char* end = nullptr;
@@ -182,13 +164,6 @@ Shape ParseShape(const std::string& s) {
     if (first_ok && *end == '\0' && shape.d_model > 0 && shape.count > 0) return shape;
   }
   ThrowInputError("bad shape '", s, "' (want D_MODELxCOUNT, e.g. 4096x11008)");
-}
-
-std::string LoadAverage() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  if (!(f >> a >> b >> c)) return "unknown";
-  return a + " " + b + " " + c;
 }
 
 // `copies` identical caches of `count` records in one allocation. Records

@@ -41,11 +41,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,6 +51,7 @@
 #include "base/aligned_buffer.h"
 #include "base/error.h"
 #include "base/timer.h"
+#include "benchmarks/bench_util.h"
 #include "benchmarks/stream_probe.h"
 #include "formats/tensor_type.h"
 #include "simd/gemv.h"
@@ -67,16 +66,6 @@ struct Shape {
   size_t cols, rows;
 };
 
-std::vector<std::string> Split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, sep)) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 Shape ParseShape(const std::string& s) {
   const size_t x = s.find('x');
   char* end = nullptr;
@@ -88,25 +77,6 @@ Shape ParseShape(const std::string& s) {
     if (cols_ok && *end == '\0' && shape.cols > 0 && shape.rows > 0) return shape;
   }
   ThrowInputError("bad shape '", s, "' (want COLSxROWS, e.g. 4096x11008)");
-}
-
-std::string CpuModel() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  }
-  return "unknown";
-}
-
-std::string LoadAverage() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  if (!(f >> a >> b >> c)) return "unknown";
-  return a + " " + b + " " + c;
 }
 
 // `copies` identical matrices in one allocation, so each repetition can read

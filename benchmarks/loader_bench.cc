@@ -30,13 +30,13 @@
 #include <iostream>
 #include <numeric>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "base/aligned_buffer.h"
 #include "base/error.h"
 #include "base/timer.h"
+#include "benchmarks/bench_util.h"
 #include "src/runtime/loader.h"
 #include "src/runtime/loader_internal.h"
 #include "src/runtime/read_planner.h"
@@ -53,16 +53,6 @@ uint64_t ParseSize(const std::string& text) {
   if (*end == 'G' || *end == 'g') scale = 1ull << 30;
   if (v <= 0 || end == text.c_str()) ThrowInputError("bad size '", text, "'");
   return static_cast<uint64_t>(v * static_cast<double>(scale));
-}
-
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
 }
 
 // User + system CPU seconds of this process so far (all its threads).
