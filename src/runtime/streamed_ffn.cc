@@ -326,26 +326,7 @@ void StreamedFeedForward::ForwardDip(uint32_t layer, const float* x, size_t n, f
   // Up and gate: sums of input columns weighted by x.
   policy_->Select(*in.info, x, n, d, &need_);
   StreamGroup(in, need_, [&](const std::vector<uint32_t>& all_rows) {
-    for (size_t first = 0; first < all_rows.size(); first += width_) {
-      const size_t count = std::min(width_, all_rows.size() - first);
-      const uint32_t* rows = all_rows.data() + first;
-      for (size_t t = 0; t < n; ++t) {
-        for (size_t k = 0; k < count; ++k) {
-          coeff_[t * count + k] = x[t * d + in.cache->UnitAt(rows[k])];
-        }
-      }
-      ops::RowSet set;
-      set.type = bundle_.record_type();
-      set.base = in.cache->Row(0);
-      set.stride = in.cache->row_bytes();
-      set.cols = ff;
-      set.index = rows;
-      set.count = count;
-      set.offset = 0;
-      ops::RowAxpys(set, coeff_.data(), n, up_.data());
-      set.offset = in.info->part_bytes;
-      ops::RowAxpys(set, coeff_.data(), n, gate_.data());
-    }
+    AxpyColumns(in, all_rows, x, d, n, {{0, up_.data()}, {in.info->part_bytes, gate_.data()}});
   });
   ops::SiluMul(gate_.data(), up_.data(), n * ff, gate_.data());
 
@@ -353,24 +334,33 @@ void StreamedFeedForward::ForwardDip(uint32_t layer, const float* x, size_t n, f
   const float* h = gate_.data();
   policy_->Select(*outg.info, h, n, ff, &need_);
   StreamGroup(outg, need_, [&](const std::vector<uint32_t>& all_rows) {
-    for (size_t first = 0; first < all_rows.size(); first += width_) {
-      const size_t count = std::min(width_, all_rows.size() - first);
-      const uint32_t* rows = all_rows.data() + first;
-      for (size_t t = 0; t < n; ++t) {
-        for (size_t k = 0; k < count; ++k) {
-          coeff_[t * count + k] = h[t * ff + outg.cache->UnitAt(rows[k])];
-        }
-      }
-      ops::RowSet set;
-      set.type = bundle_.record_type();
-      set.base = outg.cache->Row(0);
-      set.stride = outg.cache->row_bytes();
-      set.cols = outg.info->part_padded_elems;
-      set.index = rows;
-      set.count = count;
-      ops::RowAxpys(set, coeff_.data(), n, out);
-    }
+    AxpyColumns(outg, all_rows, h, ff, n, {{0, out}});
   });
+}
+
+void StreamedFeedForward::AxpyColumns(const Group& g, const std::vector<uint32_t>& all_rows,
+                                      const float* src, size_t src_stride, size_t n,
+                                      std::initializer_list<AxpyTarget> targets) {
+  for (size_t first = 0; first < all_rows.size(); first += width_) {
+    const size_t count = std::min(width_, all_rows.size() - first);
+    const uint32_t* rows = all_rows.data() + first;
+    for (size_t t = 0; t < n; ++t) {
+      for (size_t k = 0; k < count; ++k) {
+        coeff_[t * count + k] = src[t * src_stride + g.cache->UnitAt(rows[k])];
+      }
+    }
+    ops::RowSet set;
+    set.type = bundle_.record_type();
+    set.base = g.cache->Row(0);
+    set.stride = g.cache->row_bytes();
+    set.cols = g.info->part_padded_elems;
+    set.index = rows;
+    set.count = count;
+    for (const AxpyTarget& target : targets) {
+      set.offset = target.first;
+      ops::RowAxpys(set, coeff_.data(), n, target.second);
+    }
+  }
 }
 
 }  // namespace sparrow

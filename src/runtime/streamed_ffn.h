@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "base/aligned_buffer.h"
@@ -74,6 +76,13 @@ class StreamedFeedForward : public FeedForward {
   void Evict(Group& g, const std::vector<uint32_t>& units, TokenStats& ts);
   void ForwardNeuron(uint32_t layer, const float* x, size_t n, float* out);
   void ForwardDip(uint32_t layer, const float* x, size_t n, float* out);
+  // Dip layout: for g's cached column rows `all_rows`, in slices of width_,
+  // weighs each row by the activation of its unit (src[t * src_stride +
+  // unit] for token t) and adds it into each target (record part at byte
+  // offset `first`, accumulator `second`, rows of g's part_padded_elems).
+  using AxpyTarget = std::pair<uint64_t, float*>;
+  void AxpyColumns(const Group& g, const std::vector<uint32_t>& all_rows, const float* src,
+                   size_t src_stride, size_t n, std::initializer_list<AxpyTarget> targets);
   Group& GroupFor(uint32_t layer, bundle::RecordKind kind);
 
   const bundle::Bundle& bundle_;
