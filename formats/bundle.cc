@@ -166,6 +166,7 @@ std::string_view LayoutName(Layout layout) {
   switch (layout) {
     case Layout::kNeuron: return "neuron";
     case Layout::kDip: return "dip";
+    case Layout::kSplit: return "split";
   }
   return "unknown";
 }
@@ -173,6 +174,7 @@ std::string_view LayoutName(Layout layout) {
 std::optional<Layout> ParseLayout(std::string_view name) {
   if (name == "neuron") return Layout::kNeuron;
   if (name == "dip") return Layout::kDip;
+  if (name == "split") return Layout::kSplit;
   return std::nullopt;
 }
 
@@ -181,12 +183,17 @@ std::string_view RecordKindName(RecordKind kind) {
     case RecordKind::kNeuron: return "neuron";
     case RecordKind::kDipInput: return "dip-input";
     case RecordKind::kDipOutput: return "dip-output";
+    case RecordKind::kUpRow: return "up-row";
+    case RecordKind::kGateRow: return "gate-row";
   }
   return "unknown";
 }
 
 std::vector<RecordKind> LayoutKinds(Layout layout) {
   if (layout == Layout::kDip) return {RecordKind::kDipInput, RecordKind::kDipOutput};
+  if (layout == Layout::kSplit) {
+    return {RecordKind::kUpRow, RecordKind::kGateRow, RecordKind::kDipOutput};
+  }
   return {RecordKind::kNeuron};
 }
 
@@ -220,6 +227,8 @@ UnitGroup GroupGeometry(uint32_t layer, RecordKind kind, uint32_t d_model, uint3
       g.part_elems = d_ff;
       break;
     case RecordKind::kDipOutput:
+    case RecordKind::kUpRow:
+    case RecordKind::kGateRow:
       g.n_units = d_ff;
       g.parts = 1;
       g.part_elems = d_model;

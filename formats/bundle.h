@@ -30,6 +30,12 @@
 //   neuron layout:  record j < d_ff     = [gate row j | up row j | down column j]
 //   dip layout:     record i < d_model  = [up column i | gate column i]   (kind kDipInput)
 //                   record j < d_ff     = [down column j]                 (kind kDipOutput)
+//   split layout:   record j < d_ff     = [up row j]                      (kind kUpRow)
+//                   record j < d_ff     = [gate row j]                    (kind kGateRow)
+//                   record j < d_ff     = [down column j]                 (kind kDipOutput)
+//                   (each matrix on its own, so one can be read in full and
+//                   rank the neurons of the other two: the up/gate pruning
+//                   baselines of the DIP paper)
 // A per-(layer, kind) permutation maps unit id -> record slot on disk
 // (identity until a placement step reorders neurons).
 #pragma once
@@ -59,7 +65,7 @@ inline constexpr uint64_t kMaxHeaderBytes = uint64_t{1} << 30;
 // Metadata keys of the header body. Group geometry is stored as parallel
 // arrays indexed by group; each group's permutation under its own key.
 namespace keys {
-inline constexpr char kLayout[] = "sparrow.layout";            // string: "neuron" | "dip"
+inline constexpr char kLayout[] = "sparrow.layout";            // string: "neuron" | "dip" | "split"
 inline constexpr char kRecordType[] = "sparrow.record_type";   // string: "f32" | "f16" | "q8_0" | "q4_0"
 inline constexpr char kSource[] = "sparrow.source";            // string: source file name (informational)
 inline constexpr char kFileBytes[] = "sparrow.file_bytes";     // u64: the file's exact size
@@ -79,16 +85,19 @@ inline constexpr char kGroupOffset[] = "sparrow.groups.offset";                /
 std::string GroupPermutationKey(size_t group_index);
 }  // namespace keys
 
-enum class Layout : uint32_t { kNeuron = 0, kDip = 1 };
+enum class Layout : uint32_t { kNeuron = 0, kDip = 1, kSplit = 2 };
 std::string_view LayoutName(Layout layout);
 std::optional<Layout> ParseLayout(std::string_view name);
 
 enum class RecordKind : uint32_t {
   kNeuron = 0,     // [gate row | up row | down column], one per FFN neuron
   kDipInput = 1,   // [up column | gate column], one per model input dim
-  kDipOutput = 2,  // [down column], one per FFN neuron
+  kDipOutput = 2,  // [down column], one per FFN neuron (dip and split layouts)
+  kUpRow = 3,      // [up row], one per FFN neuron (split layout)
+  kGateRow = 4,    // [gate row], one per FFN neuron (split layout)
 };
 std::string_view RecordKindName(RecordKind kind);
+inline constexpr int kRecordKinds = 5;
 // The record kinds a layout stores for each layer, in file order.
 std::vector<RecordKind> LayoutKinds(Layout layout);
 // The record types records may be stored in: F32, F16, Q8_0, Q4_0.

@@ -123,6 +123,28 @@ HWY_INLINE size_t MakeRankItemsImpl(const float* HWY_RESTRICT v, size_t n,
   return i;
 }
 
+// out[i] = |x[i]| * (rows[i] < 0 ? gamma : 1) for the longest prefix of
+// whole vectors; returns its length (the caller finishes the rest with the
+// same scalar expression, so every element rounds alike).
+template <class D>
+HWY_INLINE size_t CacheWeightedMagnitudesImpl(D d, const float* HWY_RESTRICT x,
+                                              const int32_t* HWY_RESTRICT rows,
+                                              float gamma, size_t n,
+                                              float* HWY_RESTRICT out) {
+  const hn::RebindToSigned<D> di;
+  const size_t N = hn::Lanes(d);
+  const auto one = hn::Set(d, 1.0f);
+  const auto penalty = hn::Set(d, gamma);
+  const auto zero = hn::Zero(di);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto absent = hn::RebindMask(d, hn::Lt(hn::LoadU(di, rows + i), zero));
+    const auto weight = hn::IfThenElse(absent, penalty, one);
+    hn::StoreU(hn::Mul(hn::Abs(hn::LoadU(d, x + i)), weight), d, out + i);
+  }
+  return i;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace sparrow::simd
 HWY_AFTER_NAMESPACE();

@@ -39,6 +39,11 @@ size_t MakeRankItemsT(const float* v, size_t n, bool abs, uint64_t* items) {
   return MakeRankItemsImpl(v, n, abs, items);
 }
 
+size_t CacheWeightedMagnitudesT(const float* x, const int32_t* rows, float gamma,
+                                size_t n, float* out) {
+  return CacheWeightedMagnitudesImpl(hn::ScalableTag<float>(), x, rows, gamma, n, out);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace sparrow::simd
 HWY_AFTER_NAMESPACE();
@@ -59,6 +64,7 @@ namespace sparrow::simd {
 
 HWY_EXPORT(CollectAtLeastT);
 HWY_EXPORT(MakeRankItemsT);
+HWY_EXPORT(CacheWeightedMagnitudesT);
 
 namespace {
 
@@ -202,6 +208,23 @@ void TopK(const float* v, size_t n, size_t k, TopKOrder order, uint32_t* out) {
   size_t i = HWY_DYNAMIC_DISPATCH(MakeRankItemsT)(v, n, abs, s.items.data());
   for (; i < n; ++i) s.items[i] = RankItem(v[i], static_cast<uint32_t>(i), abs);
   WriteFirstK(s, s.items.data(), n, k, out);
+}
+
+namespace {
+float CacheWeightedMagnitude(float x, int32_t row, float gamma) {
+  return std::fabs(x) * (row < 0 ? gamma : 1.0f);
+}
+}  // namespace
+
+void CacheWeightedMagnitudes(const float* x, const int32_t* row_of_unit, float gamma,
+                             size_t n, float* out) {
+  size_t i = HWY_DYNAMIC_DISPATCH(CacheWeightedMagnitudesT)(x, row_of_unit, gamma, n, out);
+  for (; i < n; ++i) out[i] = CacheWeightedMagnitude(x[i], row_of_unit[i], gamma);
+}
+
+void CacheWeightedMagnitudesReference(const float* x, const int32_t* row_of_unit,
+                                      float gamma, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = CacheWeightedMagnitude(x[i], row_of_unit[i], gamma);
 }
 
 void TopKReference(const float* v, size_t n, size_t k, TopKOrder order,

@@ -17,4 +17,15 @@ void TopK(const float* v, size_t n, size_t k, TopKOrder order, uint32_t* out);
 void TopKReference(const float* v, size_t n, size_t k, TopKOrder order,
                    uint32_t* out);
 
+// The cache-aware scores of DIP-CA (Dynamic Input Pruning, Eq. 10):
+// out[i] = |x[i]| * (row_of_unit[i] >= 0 ? 1 : gamma), where row_of_unit is
+// a unit cache's unit -> row index (negative: not cached). The paper also
+// divides by max|x|; that scales every score of a token alike and so
+// changes no top-K, and is left out. Then TopK(kLargest) picks the units.
+void CacheWeightedMagnitudes(const float* x, const int32_t* row_of_unit,
+                             float gamma, size_t n, float* out);
+void CacheWeightedMagnitudesReference(const float* x,
+                                      const int32_t* row_of_unit, float gamma,
+                                      size_t n, float* out);
+
 }  // namespace sparrow::simd

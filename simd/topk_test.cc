@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -140,6 +141,44 @@ TEST_CASE("TopK hand-computed: order, ties to the lower index, magnitudes") {
     out.resize(4);
     CHECK(out == std::vector<uint32_t>{8, 1, 6, 2});
   });
+}
+
+TEST_CASE("CacheWeightedMagnitudes equals its reference on every target, every tail") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::uniform_int_distribution<int32_t> row(-3, 5);
+  for (size_t n : {0, 1, 3, 7, 15, 16, 17, 31, 33, 64, 65, 200, 1027}) {
+    std::vector<float> x(n);
+    std::vector<int32_t> rows(n);
+    for (size_t i = 0; i < n; ++i) {
+      x[i] = normal(rng);
+      rows[i] = row(rng);
+    }
+    if (n > 2) x[1] = -0.0f, x[2] = -kInf;
+    std::vector<float> want(n);
+    CacheWeightedMagnitudesReference(x.data(), rows.data(), 0.2f, n, want.data());
+    ForEachTarget([&](const Target& t) {
+      CAPTURE(t.name);
+      CAPTURE(n);
+      std::vector<float> got(n, kNaN);
+      CacheWeightedMagnitudes(x.data(), rows.data(), 0.2f, n, got.data());
+      for (size_t i = 0; i < n; ++i) {
+        CHECK(std::memcmp(&got[i], &want[i], sizeof(float)) == 0);
+      }
+    });
+  }
+}
+
+TEST_CASE("CacheWeightedMagnitudes hand-computed: cached units keep |x|, others get gamma") {
+  const std::vector<float> x = {-2.0f, 3.0f, -0.5f, 4.0f};
+  const std::vector<int32_t> rows = {0, -1, 7, -1};
+  std::vector<float> out(4);
+  CacheWeightedMagnitudesReference(x.data(), rows.data(), 0.25f, 4, out.data());
+  CHECK(out == std::vector<float>{2.0f, 0.75f, 0.5f, 1.0f});
+  // Ranked, the cached -2 now beats the uncached 3 and 4.
+  std::vector<uint32_t> top(2);
+  TopKReference(out.data(), 4, 2, TopKOrder::kLargest, top.data());
+  CHECK(top == std::vector<uint32_t>{0, 3});
 }
 
 }  // namespace

@@ -112,6 +112,8 @@ std::vector<PartSource> PartSources(bundle::RecordKind kind, const FfnTensors& f
     case bundle::RecordKind::kNeuron: return {{f.gate, false}, {f.up, false}, {f.down, true}};
     case bundle::RecordKind::kDipInput: return {{f.up, true}, {f.gate, true}};
     case bundle::RecordKind::kDipOutput: return {{f.down, true}};
+    case bundle::RecordKind::kUpRow: return {{f.up, false}};
+    case bundle::RecordKind::kGateRow: return {{f.gate, false}};
   }
   return {};
 }

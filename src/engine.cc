@@ -68,14 +68,28 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   out.model = std::make_unique<Model>(std::move(config), std::move(tokenizer), std::move(weights),
                                       storage);
   auto ffn = std::make_unique<StreamedFeedForward>(*bndl, out.model->config(), options.stream,
-                                                   out.max_batch, budget,
-                                                   std::make_unique<DensePolicy>());
+                                                   out.max_batch, budget, options.sparsity);
+  // Weights a token reads outside the FFN: the resident section less the
+  // embedding table (one row per token) unless the output head shares it.
+  StreamStats::TraceHeader& trace = ffn->stats().trace_header();
+  trace.resident_bytes = bndl->resident_bytes();
+  const gguf::TensorInfo* embedding = storage->resident->FindTensor("token_embd.weight");
+  if (embedding != nullptr && storage->resident->FindTensor("output.weight") != nullptr) {
+    trace.resident_bytes -= std::min(trace.resident_bytes, embedding->n_bytes);
+  }
+  trace.dram_budget = options.dram_budget;
+  trace.threads = ThreadCount();
   out.streamed = ffn.get();
   out.model->set_feed_forward(std::move(ffn));
   return out;
 }
 
 LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
+  if (options.sparsity.kind != SparsityKind::kDense || options.sparsity.density != 1.0) {
+    ThrowInputError("--sparsity ", GetPolicyInfo(options.sparsity.kind).name, " --mlp-density ",
+                    options.sparsity.density, " needs a bundle: a GGUF runs every weight resident "
+                    "(sparrow convert --layout dip makes one)");
+  }
   LoadedModel out;
   out.format = "gguf";
   out.model = Model::Open(path);

@@ -21,6 +21,7 @@ struct EngineOptions {
   size_t max_batch = 0;      // tokens per forward pass; 0: 512 resident, 64 streamed
   size_t logits_rows = 1;    // tokens whose logits are kept (perplexity: n_ctx)
   StreamConfig stream;       // streamed models only
+  SparsityOptions sparsity;  // which FFN units each token uses (bundles only)
 };
 
 struct LoadedModel {

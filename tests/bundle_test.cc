@@ -154,6 +154,12 @@ std::vector<float> ExpectedPart(RecordKind kind, uint32_t part, uint32_t unit, c
     case RecordKind::kDipOutput:
       column(down);
       break;
+    case RecordKind::kUpRow:
+      row(up);
+      break;
+    case RecordKind::kGateRow:
+      row(gate);
+      break;
   }
   return out;
 }
@@ -242,7 +248,9 @@ void CheckBundle(const std::string& source, const std::string& path, Layout layo
   // Groups: geometry from the definition, sections aligned, identity order.
   const std::vector<RecordKind> kinds =
       layout == Layout::kNeuron ? std::vector<RecordKind>{RecordKind::kNeuron}
-                                : std::vector<RecordKind>{RecordKind::kDipInput, RecordKind::kDipOutput};
+      : layout == Layout::kDip
+          ? std::vector<RecordKind>{RecordKind::kDipInput, RecordKind::kDipOutput}
+          : std::vector<RecordKind>{RecordKind::kUpRow, RecordKind::kGateRow, RecordKind::kDipOutput};
   REQUIRE(b.groups().size() == config.n_layers * kinds.size());
   const std::vector<uint8_t> file = ReadAll(path);
   CHECK(file.size() % 4096 == 0);
@@ -301,9 +309,9 @@ void CheckBundle(const std::string& source, const std::string& path, Layout layo
   }
 }
 
-TEST_CASE("convert stories260K: both layouts, every record type") {
+TEST_CASE("convert stories260K: every layout, every record type") {
   TempDir dir;
-  for (Layout layout : {Layout::kNeuron, Layout::kDip}) {
+  for (Layout layout : {Layout::kNeuron, Layout::kDip, Layout::kSplit}) {
     for (TensorType type :
          {TensorType::kF32, TensorType::kF16, TensorType::kQ8_0, TensorType::kQ4_0}) {
       const std::string name = StrCat(bundle::LayoutName(layout), "_", TensorTypeName(type));
@@ -324,7 +332,7 @@ TEST_CASE("convert stories260K: both layouts, every record type") {
     }
   }
   // Nothing but the bundles: no temporary files left behind.
-  CHECK(dir.Files().size() == 8);
+  CHECK(dir.Files().size() == 12);
 }
 
 TEST_CASE("convert from quantized and bf16 sources, with tiles narrower than a layer") {
@@ -349,7 +357,7 @@ TEST_CASE("convert from quantized and bf16 sources, with tiles narrower than a l
     const std::string model = dir.File(StrCat("synth_", TensorTypeName(c.source), ".gguf"));
     WriteSyntheticModel(spec, model);
     CHECK(DefaultRecordType(gguf::GgufFile::Open(model)) == c.expected_default);
-    for (Layout layout : {Layout::kNeuron, Layout::kDip}) {
+    for (Layout layout : {Layout::kNeuron, Layout::kDip, Layout::kSplit}) {
       const std::string out = dir.File(StrCat("synth_", TensorTypeName(c.source), "_",
                                               bundle::LayoutName(layout), ".sparrow"));
       ConvertOptions options;
@@ -388,7 +396,7 @@ class FlippedByte {
 
 TEST_CASE("one flipped byte is caught: header at open, resident at load, records at verify") {
   TempDir dir;
-  for (Layout layout : {Layout::kNeuron, Layout::kDip}) {
+  for (Layout layout : {Layout::kNeuron, Layout::kDip, Layout::kSplit}) {
     const std::string good = dir.File("good.sparrow");
     ConvertOptions options;
     options.layout = layout;

@@ -75,8 +75,9 @@ std::string ReadFile(const std::string& path) {
 // to read it back: values are null, numbers, arrays and objects (strings
 // only as keys). Throws std::runtime_error on anything malformed.
 struct Json {
-  enum Kind { kNull, kNumber, kArray, kObject } kind = kNull;
+  enum Kind { kNull, kNumber, kString, kArray, kObject } kind = kNull;
   double number = 0;
+  std::string text;
   std::vector<Json> items;
   std::vector<std::pair<std::string, Json>> members;  // in file order
 
@@ -147,6 +148,20 @@ class JsonReader {
         value.members.emplace_back(std::move(key), ReadValue());
       } while (Take(','));
       Expect('}');
+    } else if (c == '"') {
+      ++pos_;
+      value.kind = Json::kString;
+      while (pos_ < text_.size() && text_[pos_] != '"') {
+        if (static_cast<unsigned char>(text_[pos_]) < 0x20) Fail("control character in a string");
+        if (text_[pos_] == '\\') {
+          if (++pos_ >= text_.size()) break;
+          const char e = text_[pos_];
+          if (e != '"' && e != '\\' && e != '/') Fail("only \\\" \\\\ \\/ escapes are expected");
+        }
+        value.text += text_[pos_++];
+      }
+      if (pos_ >= text_.size()) Fail("unterminated string");
+      ++pos_;
     } else if (text_.compare(pos_, 4, "null") == 0) {
       pos_ += 4;
     } else {
@@ -341,16 +356,31 @@ TEST_CASE("StreamStats: JSON parses back with every record") {
   TempDir dir;
   const std::string path = dir.path() + "/stats.json";
   StreamStats stats = Sample();
+  stats.trace_header().layout = "dip";
+  stats.trace_header().policy = "dip-ca \"quoted\"";
+  stats.trace_header().n_layers = 1;
+  stats.trace_header().groups.push_back({0, "dip-input", 8, 40, 36, 4});
+  stats.trace_header().groups.push_back({0, "dip-output", 16, 20, 16, 8});
   stats.WriteJson(path);
   const std::string text = ReadFile(path);
-  Json doc;
-  REQUIRE_NOTHROW(doc = JsonReader(text).ReadDocument());
+  Json root;
+  REQUIRE_NOTHROW(root = JsonReader(text).ReadDocument());
+  REQUIRE(root.kind == Json::kObject);
+  CHECK(root["format"].text == "sparrow-trace");
+  CHECK(root["version"].number == 1);
+  CHECK(root["model"]["layout"].text == "dip");
+  CHECK(root["model"]["policy"].text == "dip-ca \"quoted\"");
+  REQUIRE(root["groups"].items.size() == 2);
+  CHECK(root["groups"].items[1]["kind"].text == "dip-output");
+  CHECK(root["groups"].items[1]["capacity"].number == 8);
+  const Json& doc = root["tokens"];
   REQUIRE(doc.kind == Json::kArray);
   REQUIRE(doc.items.size() == 3);
-  const char* keys[] = {"record",       "tokens",        "bytes_read",   "read_calls",
-                        "mean_read_bytes", "units_needed", "units_hit",    "hit_rate",
-                        "units_loaded", "units_evicted", "io_seconds",   "memory_seconds",
-                        "compute_seconds"};
+  const char* keys[] = {"record",         "tokens",          "bytes_read",     "read_calls",
+                        "mean_read_bytes", "units_needed",   "units_hit",      "hit_rate",
+                        "units_loaded",   "units_evicted",   "io_seconds",     "memory_seconds",
+                        "compute_seconds", "select_seconds", "wall_seconds",   "overlap_units",
+                        "overlap_kept",   "groups"};
   for (size_t i = 0; i < 3; ++i) {
     CAPTURE(i);
     const Json& record = doc.items[i];
@@ -369,16 +399,37 @@ TEST_CASE("StreamStats: JSON parses back with every record") {
     CHECK(record["io_seconds"].number == doctest::Approx(s.io_seconds));
     CHECK(record["memory_seconds"].number == doctest::Approx(s.memory_seconds));
     CHECK(record["compute_seconds"].number == doctest::Approx(s.compute_seconds));
+    CHECK(record["groups"].kind == Json::kArray);
   }
   CHECK(doc.items[0]["hit_rate"].number == 0.0);
   CHECK(doc.items[1]["hit_rate"].number == 0.5);
   CHECK(doc.items[1]["mean_read_bytes"].number == 104857.6);
   CHECK(doc.items[2]["mean_read_bytes"].kind == Json::kNull);  // nothing read
 
+  // Per-group entries: [needed, hit, loaded, bytes_read, read_calls].
+  StreamStats grouped;
+  grouped.set_group_count(2);
+  grouped.BeginToken(1);
+  grouped.current().groups[1] = {5, 4, 1, 4096, 1};
+  grouped.current().overlap_units = 10;
+  grouped.current().overlap_kept = 7;
+  grouped.EndToken();
+  grouped.WriteJson(path);
+  const Json g = JsonReader(ReadFile(path)).ReadDocument()["tokens"].items[0];
+  REQUIRE(g["groups"].items.size() == 2);
+  CHECK(g["groups"].items[0].items.size() == 5);
+  CHECK(g["groups"].items[0].items[0].number == 0);
+  CHECK(g["groups"].items[1].items[0].number == 5);
+  CHECK(g["groups"].items[1].items[3].number == 4096);
+  CHECK(g["overlap_kept"].number == 7);
+  CHECK(g["wall_seconds"].number >= 0);
+  CHECK(grouped.Total().groups[1].hit == 4);
+  CHECK(LineWith(Summary(grouped), "top-K overlap").find("70.0%") != std::string::npos);
+
   // Empty history: an empty array. Non-finite times become null.
   StreamStats empty;
   empty.WriteJson(path);
-  Json none = JsonReader(ReadFile(path)).ReadDocument();
+  Json none = JsonReader(ReadFile(path)).ReadDocument()["tokens"];
   CHECK(none.kind == Json::kArray);
   CHECK(none.items.empty());
   StreamStats odd;
@@ -387,7 +438,7 @@ TEST_CASE("StreamStats: JSON parses back with every record") {
   bad.compute_seconds = INFINITY;
   Push(odd, bad);
   odd.WriteJson(path);
-  Json parsed = JsonReader(ReadFile(path)).ReadDocument();
+  Json parsed = JsonReader(ReadFile(path)).ReadDocument()["tokens"];
   CHECK(parsed.items[0]["io_seconds"].kind == Json::kNull);
   CHECK(parsed.items[0]["compute_seconds"].kind == Json::kNull);
   CHECK(parsed.items[0]["units_needed"].number == 0);
@@ -419,7 +470,7 @@ TEST_CASE("StreamStats: the JSON file is replaced atomically") {
   struct stat after {};
   REQUIRE(::stat(path.c_str(), &after) == 0);
   CHECK(after.st_ino != before.st_ino);
-  const Json doc = JsonReader(ReadFile(path)).ReadDocument();
+  const Json doc = JsonReader(ReadFile(path)).ReadDocument()["tokens"];
   REQUIRE(doc.items.size() == 1);
   CHECK(doc.items[0]["bytes_read"].number == 7);
   // No temporary file is left behind.

@@ -51,6 +51,13 @@ void AddModelOptions(cxxopts::Options& options) {
       ("cache", "Unit cache eviction: window, lru or lfu", cxxopts::value<std::string>()->default_value("window"))
       ("io", "Loader: pread, direct (O_DIRECT), mmap or uring", cxxopts::value<std::string>()->default_value("pread"))
       ("io-threads", "Parallel reads in flight", cxxopts::value<int>()->default_value("16"));
+  options.add_options("sparsity")
+      ("sparsity", "Which FFN units each token uses (bundles): dense; dip, dip-ca, glu (dip "
+       "layout); up, gate (split layout)", cxxopts::value<std::string>()->default_value("dense"))
+      ("mlp-density", "Fraction of the FFN weight bytes a token uses, in (0, 1]",
+       cxxopts::value<std::string>()->default_value("1"))
+      ("gamma", "dip-ca: weight of units not in the cache when ranking (Eq. 10 of the DIP paper)",
+       cxxopts::value<std::string>()->default_value("0.2"));
 }
 
 EngineOptions ParseModelOptions(const cxxopts::ParseResult& args, const std::string& model_path) {
@@ -64,6 +71,13 @@ EngineOptions ParseModelOptions(const cxxopts::ParseResult& args, const std::str
   if (o.stream.window_tokens == 0) ThrowInputError("--window must be at least 1");
   o.stream.eviction = ParseEvictionKind(args["cache"].as<std::string>());
   o.stream.io = ParseIoMode(args["io"].as<std::string>());
+  o.sparsity.kind = ParseSparsityKind(args["sparsity"].as<std::string>());
+  o.sparsity.density = RealOption(args, "mlp-density");
+  o.sparsity.gamma = RealOption(args, "gamma");
+  if (args.count("mlp-density") && o.sparsity.kind == SparsityKind::kDense &&
+      o.sparsity.density != 1.0) {
+    ThrowInputError("--mlp-density needs --sparsity (", PolicyNames(), ")");
+  }
   o.stream.io_threads = args["io-threads"].as<int>();
   if (o.stream.io_threads < 1 || o.stream.io_threads > 256) {
     ThrowInputError("--io-threads must be between 1 and 256");
@@ -84,7 +98,17 @@ void ReportStats(const cxxopts::ParseResult& args, const LoadedModel& model) {
     std::fprintf(stderr, "stats: %s runs fully resident; nothing is streamed\n", model.format.c_str());
     return;
   }
-  if (args.count("stats")) model.streamed->stats().PrintSummary(stderr);
+  if (args.count("stats")) {
+    const StreamedFeedForward& ffn = *model.streamed;
+    const SparsityOptions& sparsity = ffn.policy().options();
+    std::fprintf(stderr, "unit caches: %s, %.1f%% of the FFN's units (%s); sparsity %s at density %g",
+                 FormatBytes(ffn.cache_bytes()).c_str(), 100.0 * ffn.cache_fraction(),
+                 EvictionKindName(ffn.stream_config().eviction), ffn.policy().name().c_str(),
+                 sparsity.density);
+    if (sparsity.kind == SparsityKind::kDipCa) std::fprintf(stderr, ", gamma %g", sparsity.gamma);
+    std::fprintf(stderr, "\n");
+    model.streamed->stats().PrintSummary(stderr);
+  }
   if (args.count("stats-json")) model.streamed->stats().WriteJson(args["stats-json"].as<std::string>());
 }
 

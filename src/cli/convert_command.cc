@@ -24,7 +24,9 @@ int ConvertCommand(int argc, char** argv) {
       ("type", "Record type: f32, f16, q8_0 or q4_0 (default: the source's FFN type when it "
        "is one of these, otherwise q8_0)", cxxopts::value<std::string>())
       ("layout", "Record layout: neuron ([gate row | up row | down column] per FFN neuron) or "
-       "dip (per input dim [up column | gate column], per neuron [down column])",
+       "dip (per input dim [up column | gate column], per neuron [down column]: for --sparsity "
+       "dip, dip-ca, glu) or split (per neuron [up row], [gate row] and [down column] apart: "
+       "for --sparsity up, gate)",
        cxxopts::value<std::string>()->default_value("neuron"))
       ("force", "Overwrite the output file if it exists")
       ("t,threads", "Worker threads (default: all cores)", cxxopts::value<int>()->default_value("0"));
@@ -44,7 +46,7 @@ int ConvertCommand(int argc, char** argv) {
   }
   const std::string layout = args["layout"].as<std::string>();
   const std::optional<bundle::Layout> parsed_layout = bundle::ParseLayout(layout);
-  if (!parsed_layout) ThrowInputError("convert: --layout must be neuron or dip (got '", layout, "')");
+  if (!parsed_layout) ThrowInputError("convert: --layout must be neuron, dip or split (got '", layout, "')");
   convert.layout = *parsed_layout;
   convert.force = args.count("force") > 0;
   const int threads = args["threads"].as<int>();

@@ -19,7 +19,9 @@ int PerplexityCommand(int argc, char** argv) {
       ("m,model", "Model file (GGUF)", cxxopts::value<std::string>())
       ("f,file", "Text file", cxxopts::value<std::string>())
       ("c,ctx-size", "Tokens per chunk", cxxopts::value<int>()->default_value("512"))
-      ("chunks", "Evaluate at most this many chunks (0: all)", cxxopts::value<int>()->default_value("0"));
+      ("chunks", "Evaluate at most this many chunks (0: all)", cxxopts::value<int>()->default_value("0"))
+      ("b,batch-size", "Tokens per forward pass (0: 512 for a GGUF, 64 for a bundle); the result "
+       "does not depend on it beyond rounding", cxxopts::value<int>()->default_value("0"));
   AddEngineOptions(options);
   AddModelOptions(options);
   AddStatsOptions(options);
@@ -35,7 +37,9 @@ int PerplexityCommand(int argc, char** argv) {
   const std::string model_path = Require(args, "model");
   EngineOptions engine = ParseModelOptions(args, model_path);
   engine.n_ctx = static_cast<size_t>(ctx);
-  engine.max_batch = 0;
+  const int batch = args["batch-size"].as<int>();
+  if (batch < 0 || batch > 4096) ThrowInputError("-b must be between 1 and 4096 (0: default)");
+  engine.max_batch = static_cast<size_t>(batch);
   engine.logits_rows = static_cast<size_t>(ctx);
   const LoadedModel loaded = OpenModel(model_path, engine);
   const Model* model = loaded.model.get();

@@ -34,7 +34,7 @@ std::string Duration(double seconds) {
 }
 
 double TotalSeconds(const TokenStats& s) {
-  return s.io_seconds + s.memory_seconds + s.compute_seconds;
+  return s.io_seconds + s.memory_seconds + s.compute_seconds + s.select_seconds;
 }
 
 std::string MeanReadSize(const TokenStats& s) {
@@ -72,6 +72,50 @@ std::string JsonDouble(double value) {
   return text;
 }
 
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonHeader(const StreamStats::TraceHeader& h) {
+  std::string text = StrCat(
+      "\"model\":{\"layout\":", JsonString(h.layout), ",\"record_type\":", JsonString(h.record_type),
+      ",\"n_layers\":", h.n_layers, ",\"d_model\":", h.d_model, ",\"d_ff\":", h.d_ff,
+      ",\"resident_bytes\":", h.resident_bytes, ",\"ffn_bytes\":", h.ffn_bytes,
+      ",\"cache_bytes\":", h.cache_bytes, ",\"dram_budget\":", h.dram_budget,
+      ",\"threads\":", h.threads, ",\"io\":", JsonString(h.io), ",\"policy\":", JsonString(h.policy),
+      ",\"mlp_density\":", JsonDouble(h.mlp_density), ",\"gamma\":", JsonDouble(h.gamma), "},\n\"groups\":[");
+  for (size_t i = 0; i < h.groups.size(); ++i) {
+    const StreamStats::TraceGroup& g = h.groups[i];
+    text += StrCat(i == 0 ? "\n  " : ",\n  ", "{\"layer\":", g.layer, ",\"kind\":", JsonString(g.kind),
+                   ",\"n_units\":", g.n_units, ",\"record_bytes\":", g.record_bytes,
+                   ",\"payload_bytes\":", g.payload_bytes, ",\"capacity\":", g.capacity, "}");
+  }
+  return text + (h.groups.empty() ? "]" : "\n]");
+}
+
+std::string JsonGroups(const std::vector<GroupTokenStats>& groups) {
+  std::string text;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const GroupTokenStats& g = groups[i];
+    text += StrCat(i == 0 ? "[" : ",[", g.needed, ",", g.hit, ",", g.loaded, ",", g.bytes_read, ",",
+                   g.read_calls, "]");
+  }
+  return text;
+}
+
 std::string JsonRecord(size_t index, const TokenStats& s) {
   const std::string mean_read =
       s.read_calls == 0 ? "null"
@@ -88,7 +132,11 @@ std::string JsonRecord(size_t index, const TokenStats& s) {
                 ",\"units_loaded\":", s.units_loaded, ",\"units_evicted\":", s.units_evicted,
                 ",\"io_seconds\":", JsonDouble(s.io_seconds),
                 ",\"memory_seconds\":", JsonDouble(s.memory_seconds),
-                ",\"compute_seconds\":", JsonDouble(s.compute_seconds), "}");
+                ",\"compute_seconds\":", JsonDouble(s.compute_seconds),
+                ",\"select_seconds\":", JsonDouble(s.select_seconds),
+                ",\"wall_seconds\":", JsonDouble(s.wall_seconds),
+                ",\"overlap_units\":", s.overlap_units, ",\"overlap_kept\":", s.overlap_kept,
+                ",\"groups\":[", JsonGroups(s.groups), "]}");
 }
 
 [[noreturn]] void ThrowWriteError(const std::string& path, int err) {
@@ -134,7 +182,19 @@ void TokenStats::Add(const TokenStats& other) {
   io_seconds += other.io_seconds;
   memory_seconds += other.memory_seconds;
   compute_seconds += other.compute_seconds;
+  select_seconds += other.select_seconds;
+  wall_seconds += other.wall_seconds;
+  overlap_units += other.overlap_units;
+  overlap_kept += other.overlap_kept;
   tokens += other.tokens;
+  if (groups.size() < other.groups.size()) groups.resize(other.groups.size());
+  for (size_t i = 0; i < other.groups.size(); ++i) {
+    groups[i].needed += other.groups[i].needed;
+    groups[i].hit += other.groups[i].hit;
+    groups[i].loaded += other.groups[i].loaded;
+    groups[i].bytes_read += other.groups[i].bytes_read;
+    groups[i].read_calls += other.groups[i].read_calls;
+  }
 }
 
 void StreamStats::BeginToken(uint64_t tokens_in_batch) {
@@ -142,11 +202,14 @@ void StreamStats::BeginToken(uint64_t tokens_in_batch) {
   if (tokens_in_batch == 0) throw std::logic_error("StreamStats::BeginToken: zero tokens");
   current_ = TokenStats();
   current_.tokens = tokens_in_batch;
+  current_.groups.resize(group_count_);
+  opened_at_ = NowSeconds();
   open_ = true;
 }
 
 void StreamStats::EndToken() {
   if (!open_) throw std::logic_error("StreamStats::EndToken: no record is open");
+  current_.wall_seconds = NowSeconds() - opened_at_;
   history_.push_back(current_);
   open_ = false;
 }
@@ -189,6 +252,13 @@ void StreamStats::PrintSummary(std::FILE* out) const {
       PerToken(decode.units_loaded, d), third);
   Row(out, "units evicted", std::to_string(all.units_evicted), PerToken(all.units_evicted, n),
       PerToken(decode.units_evicted, d), third);
+  if (all.overlap_units > 0) {
+    // Decode tokens only: the share of a token's chosen units that the
+    // previous token chose too.
+    const std::string overlap =
+        Percent(static_cast<double>(all.overlap_kept), static_cast<double>(all.overlap_units));
+    Row(out, "top-K overlap", overlap, "", overlap, third);
+  }
 
   const double total_seconds = TotalSeconds(all);
   std::fprintf(out, "  %-16s %14s %8s %14s%s\n", "time", "seconds", "share", "per token",
@@ -198,7 +268,8 @@ void StreamStats::PrintSummary(std::FILE* out) const {
     double TokenStats::*field;
   } kParts[] = {{"I/O", &TokenStats::io_seconds},
                 {"memory mgmt", &TokenStats::memory_seconds},
-                {"compute", &TokenStats::compute_seconds}};
+                {"compute", &TokenStats::compute_seconds},
+                {"top-K select", &TokenStats::select_seconds}};
   for (const auto& part : kParts) {
     const double seconds = all.*part.field;
     std::fprintf(out, "  %-16s %14s %8s %14s", part.label, Fixed(seconds, 3).c_str(),
@@ -219,12 +290,13 @@ void StreamStats::PrintSummary(std::FILE* out) const {
 }
 
 void StreamStats::WriteJson(const std::string& path) const {
-  std::string text = "[";
+  std::string text = "{\"format\":\"sparrow-trace\",\"version\":1,\n" + JsonHeader(header_) +
+                     ",\n\"tokens\":[";
   for (size_t i = 0; i < history_.size(); ++i) {
     text += i == 0 ? "\n  " : ",\n  ";
     text += JsonRecord(i, history_[i]);
   }
-  text += history_.empty() ? "]\n" : "\n]\n";
+  text += history_.empty() ? "]}\n" : "\n]}\n";
   WriteFileAtomically(path, text);
 }
 

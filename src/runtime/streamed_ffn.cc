@@ -12,7 +12,7 @@ namespace sparrow {
 namespace {
 
 constexpr uint32_t kMinRowsPerGroup = 8;
-constexpr int kKinds = 3;
+constexpr int kKinds = bundle::kRecordKinds;
 
 size_t Floats(size_t n) { return n * sizeof(float); }
 
@@ -33,10 +33,29 @@ uint64_t StagingBytes(const bundle::Bundle& b, const StreamConfig& s) {
   return std::max<uint64_t>(floor, std::min<uint64_t>(s.staging_bytes, ffn / 16));
 }
 
-// Rows, maps and the eviction policy's per-unit records of one group.
+// Rows, maps and the eviction policy's per-unit records of one group, and
+// its two per-unit stamps (need_stamp, chosen_at).
 uint64_t GroupBytes(const bundle::UnitGroup& g, EvictionKind kind, uint32_t capacity) {
   return UnitCache::MemoryBytes(g.n_units, g.payload_bytes, capacity) +
-         EvictionPolicyMemoryBytes(kind, g.n_units) + uint64_t{g.n_units} * sizeof(uint32_t);
+         EvictionPolicyMemoryBytes(kind, g.n_units) + 2 * uint64_t{g.n_units} * sizeof(uint32_t);
+}
+
+// Width of the per-token activation rows: the FFN's (padded) hidden size or
+// the model's, whichever is larger.
+size_t ActivationWidth(const bundle::Bundle& b, const ModelConfig& c) {
+  size_t padded_ff = c.d_ff;
+  for (const bundle::UnitGroup& g : b.groups()) {
+    if (g.kind == bundle::RecordKind::kDipInput) padded_ff = g.part_padded_elems;
+  }
+  return std::max<size_t>(padded_ff, c.d_model);
+}
+
+// Activation scratch: gate, up, coefficients and policy scores (max_batch x
+// width each), the masked input, a row of ones, the policy's scratch row
+// and its per-token choices.
+uint64_t ActivationBytes(const ModelConfig& c, size_t width, size_t max_batch) {
+  return 4 * Floats(max_batch * width) + Floats(max_batch * c.d_model) + 2 * Floats(width) +
+         TokenMasks::MemoryBytes(max_batch, width, static_cast<uint32_t>(width));
 }
 
 // Per-thread partial sums of RowAxpys plus the batched-matmul panel.
@@ -50,24 +69,23 @@ uint64_t KernelScratchBytes(const ModelConfig& c, uint32_t padded_ff, size_t max
 uint64_t StreamedFeedForward::MinimumBytes(const bundle::Bundle& b, const StreamConfig& s,
                                            const ModelConfig& c, size_t max_batch) {
   uint64_t bytes = StagingBytes(b, s);
-  uint32_t padded_ff = c.d_ff;
   for (const bundle::UnitGroup& g : b.groups()) {
     bytes += GroupBytes(g, s.eviction, std::min(kMinRowsPerGroup, g.n_units));
-    if (g.kind == bundle::RecordKind::kDipInput) padded_ff = g.part_padded_elems;
   }
-  bytes += KernelScratchBytes(c, padded_ff, max_batch);
-  bytes += 3 * Floats(max_batch * std::max<size_t>(padded_ff, c.d_model));  // activations
+  const size_t width = ActivationWidth(b, c);
+  bytes += KernelScratchBytes(c, width, max_batch);
+  bytes += ActivationBytes(c, width, max_batch);
   return bytes;
 }
 
 StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const ModelConfig& config,
                                          const StreamConfig& stream, size_t max_batch,
-                                         MemoryBudget& budget, std::unique_ptr<UnitPolicy> policy)
+                                         MemoryBudget& budget, const SparsityOptions& sparsity)
     : bundle_(bundle),
       config_(config),
       stream_(stream),
       max_batch_(max_batch),
-      policy_(std::move(policy)) {
+      policy_(sparsity, bundle.layout()) {
   const uint64_t minimum_hint = budget.used() + MinimumBytes(bundle, stream, config, max_batch);
   loader_ = MakeLoader(stream.io, bundle.path(), stream.io_threads);
   budget.Charge(loader_->memory_bytes(), "I/O buffers", minimum_hint);
@@ -79,17 +97,13 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
   budget.Charge(staging, "read staging", minimum_hint);
   planner_ = std::make_unique<ReadPlanner>(staging, plan);
 
-  uint32_t padded_ff = config.d_ff;
-  for (const bundle::UnitGroup& g : bundle.groups()) {
-    if (g.kind == bundle::RecordKind::kDipInput) padded_ff = g.part_padded_elems;
-  }
-  budget.Charge(KernelScratchBytes(config, padded_ff, max_batch), "kernel scratch", minimum_hint);
+  const size_t act_width = ActivationWidth(bundle, config);
+  budget.Charge(KernelScratchBytes(config, act_width, max_batch), "kernel scratch", minimum_hint);
 
   // What is left, less the activation scratch, goes to the caches in
   // proportion to each group's size: the largest fraction whose exact cost
   // (rows, maps, policy records) fits.
-  const size_t act_width = std::max<size_t>(padded_ff, config.d_model);
-  const uint64_t act_reserve = 3 * Floats(max_batch * act_width);
+  const uint64_t act_reserve = ActivationBytes(config, act_width, max_batch);
   auto capacity_at = [&](const bundle::UnitGroup& g, double fraction) {
     const uint32_t capacity = static_cast<uint32_t>(fraction * g.n_units);
     return std::clamp(capacity, std::min(kMinRowsPerGroup, g.n_units), g.n_units);
@@ -121,6 +135,8 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
     group.cache = std::make_unique<UnitCache>(g.n_units, g.payload_bytes, capacity);
     group.eviction = MakeEvictionPolicy(stream.eviction, g.n_units, stream.window_tokens);
     group.need_stamp.assign(g.n_units, 0);
+    group.chosen_at.assign(g.n_units, ~uint32_t{0});
+    group.index = groups_.size();
     group_index_[g.layer * kKinds + static_cast<int>(g.kind)] = static_cast<int>(groups_.size());
     groups_.push_back(std::move(group));
   }
@@ -131,6 +147,31 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
   gate_.Reset(max_batch * width_);
   up_.Reset(max_batch * width_);
   coeff_.Reset(max_batch * width_);
+  scores_.Reset(max_batch * width_);
+  masked_x_.Reset(max_batch * config.d_model);
+  ones_.Reset(width_);
+  std::fill(ones_.begin(), ones_.end(), 1.0f);
+  select_scratch_.Reset(width_);
+  masks_.Reset(max_batch, width_, static_cast<uint32_t>(width_));
+
+  StreamStats::TraceHeader& trace = stats_.trace_header();
+  trace.layout = std::string(bundle::LayoutName(bundle.layout()));
+  trace.record_type = TensorTypeName(bundle.record_type());
+  trace.n_layers = config.n_layers;
+  trace.d_model = config.d_model;
+  trace.d_ff = config.d_ff;
+  trace.cache_bytes = cache_bytes();
+  trace.io = IoModeName(loader_->mode());
+  trace.policy = policy_.name();
+  trace.mlp_density = sparsity.density;
+  trace.gamma = sparsity.gamma;
+  for (const Group& g : groups_) {
+    trace.ffn_bytes += g.info->section_bytes();
+    trace.groups.push_back({g.info->layer, std::string(bundle::RecordKindName(g.info->kind)),
+                            g.info->n_units, g.info->record_bytes, g.info->payload_bytes,
+                            g.cache->capacity()});
+  }
+  stats_.set_group_count(groups_.size());
 }
 
 uint64_t StreamedFeedForward::cache_bytes() const {
@@ -165,6 +206,8 @@ void StreamedFeedForward::Evict(Group& g, const std::vector<uint32_t>& units, To
 
 void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& need, const UseFn& use) {
   TokenStats& ts = stats_.current();
+  const GroupTokenStats before{ts.units_needed, ts.units_hit, ts.units_loaded, ts.bytes_read,
+                               ts.read_calls};
   UnitCache& cache = *g.cache;
   const bundle::UnitGroup& info = *g.info;
   double t = NowSeconds();
@@ -265,6 +308,36 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
     use(rows_);
     ts.compute_seconds += NowSeconds() - now;
   }
+  GroupTokenStats& gs = ts.groups[g.index];
+  gs.needed += ts.units_needed - before.needed;
+  gs.hit += ts.units_hit - before.hit;
+  gs.loaded += ts.units_loaded - before.loaded;
+  gs.bytes_read += ts.bytes_read - before.bytes_read;
+  gs.read_calls += ts.read_calls - before.read_calls;
+}
+
+void StreamedFeedForward::Choose(Group& g, const float* scores, size_t n, size_t stride) {
+  TokenStats& ts = stats_.current();
+  const double start = NowSeconds();
+  policy_.Select(*g.info, *g.cache, scores, n, stride, select_scratch_.data(), &masks_);
+  masks_.BuildUnion(&need_);
+  if (!masks_.all() && n == 1) {
+    // How many of this token's units the previous decode token chose too:
+    // the persistence that caching and prediction live on.
+    const auto now = static_cast<uint32_t>(token_);
+    const bool previous = g.last_chosen + 1 == token_;
+    uint64_t kept = 0;
+    for (uint32_t u : need_) {
+      kept += g.chosen_at[u] == now - 1;
+      g.chosen_at[u] = now;
+    }
+    if (previous) {
+      ts.overlap_kept += kept;
+      ts.overlap_units += need_.size();
+    }
+    g.last_chosen = token_;
+  }
+  ts.select_seconds += NowSeconds() - start;
 }
 
 void StreamedFeedForward::Forward(uint32_t layer, const float* x, size_t n, float* out) {
@@ -275,10 +348,10 @@ void StreamedFeedForward::Forward(uint32_t layer, const float* x, size_t n, floa
     ++token_;
   }
   std::fill(out, out + n * config_.d_model, 0.0f);
-  if (bundle_.layout() == bundle::Layout::kNeuron) {
-    ForwardNeuron(layer, x, n, out);
-  } else {
-    ForwardDip(layer, x, n, out);
+  switch (bundle_.layout()) {
+    case bundle::Layout::kNeuron: ForwardNeuron(layer, x, n, out); break;
+    case bundle::Layout::kDip: ForwardDip(layer, x, n, out); break;
+    case bundle::Layout::kSplit: ForwardSplit(layer, x, n, out); break;
   }
   if (layer + 1 == config_.n_layers) stats_.EndToken();
 }
@@ -286,7 +359,7 @@ void StreamedFeedForward::Forward(uint32_t layer, const float* x, size_t n, floa
 void StreamedFeedForward::ForwardNeuron(uint32_t layer, const float* x, size_t n, float* out) {
   Group& g = GroupFor(layer, bundle::RecordKind::kNeuron);
   const bundle::UnitGroup& info = *g.info;
-  policy_->Select(info, x, n, config_.d_model, &need_);
+  Choose(g, x, n, config_.d_model);  // the neuron layout has no ranking: every unit
   const UnitCache& cache = *g.cache;
   StreamGroup(g, need_, [&](const std::vector<uint32_t>& all_rows) {
     for (size_t first = 0; first < all_rows.size(); first += width_) {
@@ -323,18 +396,96 @@ void StreamedFeedForward::ForwardDip(uint32_t layer, const float* x, size_t n, f
   std::fill(gate_.data(), gate_.data() + n * ff, 0.0f);
   std::fill(up_.data(), up_.data() + n * ff, 0.0f);
 
-  // Up and gate: sums of input columns weighted by x.
-  policy_->Select(*in.info, x, n, d, &need_);
+  // Up and gate: sums of input columns weighted by x, each token's own
+  // top K of them (the others weigh 0 for that token).
+  Choose(in, x, n, d);
+  const float* xin = x;
+  if (!masks_.all()) {
+    masks_.ApplyMask(x, d, masked_x_.data());
+    xin = masked_x_.data();
+  }
   StreamGroup(in, need_, [&](const std::vector<uint32_t>& all_rows) {
-    AxpyColumns(in, all_rows, x, d, n, {{0, up_.data()}, {in.info->part_bytes, gate_.data()}});
+    AxpyColumns(in, all_rows, xin, d, n, {{0, up_.data()}, {in.info->part_bytes, gate_.data()}});
   });
   ops::SiluMul(gate_.data(), up_.data(), n * ff, gate_.data());
 
-  // Down: sum of down columns weighted by the GLU output.
-  const float* h = gate_.data();
-  policy_->Select(*outg.info, h, n, ff, &need_);
+  // Down: sum of down columns weighted by the (pruned) GLU output.
+  float* h = gate_.data();
+  Choose(outg, h, n, ff);
+  if (!masks_.all()) masks_.ApplyMask(h, ff, h);
   StreamGroup(outg, need_, [&](const std::vector<uint32_t>& all_rows) {
     AxpyColumns(outg, all_rows, h, ff, n, {{0, out}});
+  });
+}
+
+void StreamedFeedForward::ForwardSplit(uint32_t layer, const float* x, size_t n, float* out) {
+  Group& up = GroupFor(layer, bundle::RecordKind::kUpRow);
+  Group& gate = GroupFor(layer, bundle::RecordKind::kGateRow);
+  Group& down = GroupFor(layer, bundle::RecordKind::kDipOutput);
+  const size_t ff = up.info->n_units;  // activations indexed by neuron
+  const size_t d = config_.d_model;
+  std::fill(gate_.data(), gate_.data() + n * ff, 0.0f);
+  std::fill(up_.data(), up_.data() + n * ff, 0.0f);
+
+  const std::optional<bundle::RecordKind> leader = policy_.SplitLeader();
+  if (!leader) {
+    // dense, glu: both row matrices whole.
+    Choose(up, x, n, d);
+    DotRows(up, need_, x, n, ff, up_.data());
+    Choose(gate, x, n, d);
+    DotRows(gate, need_, x, n, ff, gate_.data());
+    ops::SiluMul(gate_.data(), up_.data(), n * ff, gate_.data());
+    Choose(down, gate_.data(), n, ff);
+  } else {
+    // up / gate pruning: the leader matrix whole; its activations (W_up x,
+    // or SiLU(W_gate x)) pick each token's neurons of the other two.
+    const bool up_leads = *leader == bundle::RecordKind::kUpRow;
+    Group& lead = up_leads ? up : gate;
+    Group& follow = up_leads ? gate : up;
+    float* lead_act = up_leads ? up_.data() : gate_.data();
+    float* follow_act = up_leads ? gate_.data() : up_.data();
+    Choose(lead, x, n, d);
+    DotRows(lead, need_, x, n, ff, lead_act);
+    const float* scores = lead_act;
+    if (!up_leads) {
+      for (size_t t = 0; t < n; ++t) {
+        ops::SiluMul(lead_act + t * ff, ones_.data(), ff, scores_.data() + t * ff);
+      }
+      scores = scores_.data();
+    }
+    Choose(follow, scores, n, ff);
+    DotRows(follow, need_, x, n, ff, follow_act);
+  }
+  float* h = gate_.data();
+  if (leader) ops::SiluMul(gate_.data(), up_.data(), n * ff, h);
+  // Each token keeps only its own neurons (the follower's choice, or for
+  // glu the top K of |GLU|); the down columns are their union.
+  if (!masks_.all()) masks_.ApplyMask(h, ff, h);
+  StreamGroup(down, need_, [&](const std::vector<uint32_t>& all_rows) {
+    AxpyColumns(down, all_rows, h, ff, n, {{0, out}});
+  });
+}
+
+void StreamedFeedForward::DotRows(Group& g, const std::vector<uint32_t>& units, const float* x,
+                                  size_t n, size_t ff, float* dst) {
+  const UnitCache& cache = *g.cache;
+  StreamGroup(g, units, [&](const std::vector<uint32_t>& all_rows) {
+    for (size_t first = 0; first < all_rows.size(); first += width_) {
+      const size_t count = std::min(width_, all_rows.size() - first);
+      ops::RowSet set;
+      set.type = bundle_.record_type();
+      set.base = cache.Row(0);
+      set.stride = cache.row_bytes();
+      set.cols = g.info->part_padded_elems;
+      set.index = all_rows.data() + first;
+      set.count = count;
+      ops::RowDots(set, x, n, coeff_.data());
+      for (size_t t = 0; t < n; ++t) {
+        for (size_t k = 0; k < count; ++k) {
+          dst[t * ff + cache.UnitAt(set.index[k])] = coeff_[t * count + k];
+        }
+      }
+    }
   });
 }
 

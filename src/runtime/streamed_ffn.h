@@ -42,14 +42,16 @@ class StreamedFeedForward : public FeedForward {
  public:
   // Charges its scratch, staging and loader memory to `budget`, then sizes
   // the unit caches from what remains (in proportion to each group's size,
-  // at most the whole group). InputError when not even the minimum fits.
+  // at most the whole group). InputError when not even the minimum fits,
+  // or when the policy needs another layout.
   StreamedFeedForward(const bundle::Bundle& bundle, const ModelConfig& config,
                       const StreamConfig& stream, size_t max_batch,
-                      MemoryBudget& budget, std::unique_ptr<UnitPolicy> policy);
+                      MemoryBudget& budget, const SparsityOptions& sparsity);
 
   void Forward(uint32_t layer, const float* x, size_t n, float* out) override;
 
   StreamStats& stats() { return stats_; }
+  const UnitPolicy& policy() const { return policy_; }
   const StreamConfig& stream_config() const { return stream_; }
   // Bytes of all unit caches, and the fraction of all units they can hold.
   uint64_t cache_bytes() const;
@@ -68,14 +70,27 @@ class StreamedFeedForward : public FeedForward {
     std::unique_ptr<UnitCache> cache;
     std::unique_ptr<EvictionPolicy> eviction;
     std::vector<uint32_t> need_stamp;  // == stamp_ when needed by this pass
+    std::vector<uint32_t> chosen_at;   // decode token (low 32 bits) that last chose the unit
+    uint64_t last_chosen = ~uint64_t{0};
+    size_t index = 0;                  // in groups_ (and in the per-group stats)
   };
   // Brings every unit of `need` through g's cache and calls use(rows, units)
   // on runs of cached rows, each needed unit exactly once.
   using UseFn = std::function<void(const std::vector<uint32_t>& rows)>;
   void StreamGroup(Group& g, const std::vector<uint32_t>& need, const UseFn& use);
   void Evict(Group& g, const std::vector<uint32_t>& units, TokenStats& ts);
+  // Runs the policy on g for n tokens ranked by `scores` (row stride
+  // `stride`): fills masks_ and need_ (their union), times the selection
+  // and, for a decode token, counts the overlap with the previous token's
+  // choice.
+  void Choose(Group& g, const float* scores, size_t n, size_t stride);
   void ForwardNeuron(uint32_t layer, const float* x, size_t n, float* out);
   void ForwardDip(uint32_t layer, const float* x, size_t n, float* out);
+  void ForwardSplit(uint32_t layer, const float* x, size_t n, float* out);
+  // Split layout: dst[t * ff + unit] = dot(row of unit, x[t]) for g's units
+  // in `units` (dst's other entries untouched).
+  void DotRows(Group& g, const std::vector<uint32_t>& units, const float* x, size_t n,
+               size_t ff, float* dst);
   // Dip layout: for g's cached column rows `all_rows`, in slices of width_,
   // weighs each row by the activation of its unit (src[t * src_stride +
   // unit] for token t) and adds it into each target (record part at byte
@@ -89,7 +104,7 @@ class StreamedFeedForward : public FeedForward {
   const ModelConfig& config_;
   StreamConfig stream_;
   size_t max_batch_;
-  std::unique_ptr<UnitPolicy> policy_;
+  UnitPolicy policy_;
   std::unique_ptr<Loader> loader_;
   std::unique_ptr<ReadPlanner> planner_;
   std::vector<Group> groups_;           // bundle order
@@ -97,9 +112,11 @@ class StreamedFeedForward : public FeedForward {
   StreamStats stats_;
   uint64_t token_ = 0;
   uint32_t stamp_ = 0;
-  // Scratch: coefficients/activations for max_batch tokens x width_.
+  // Scratch: coefficients/activations for max_batch tokens x width_, the
+  // masked input, and the policy's per-token choices.
   size_t width_ = 0;
-  AlignedBuffer<float> gate_, up_, coeff_;
+  AlignedBuffer<float> gate_, up_, coeff_, scores_, masked_x_, ones_, select_scratch_;
+  TokenMasks masks_;
   std::vector<uint32_t> need_, misses_, candidates_, victims_, expired_, rows_;
   std::vector<ReadOp> ops_;
   std::vector<PlannedRecord> planned_;

@@ -47,6 +47,9 @@ class UnitCache {
   // Row of `unit`, or kAbsent.
   int32_t RowOf(uint32_t unit) const { return row_of_unit_[unit]; }
   bool Contains(uint32_t unit) const { return row_of_unit_[unit] != kAbsent; }
+  // The unit -> row index itself (n_units entries, kAbsent when not
+  // cached), for kernels that read the cache state of every unit at once.
+  const int32_t* row_of_unit_data() const { return row_of_unit_.data(); }
   uint32_t UnitAt(uint32_t row) const { return unit_of_row_[row]; }
   uint8_t* Row(uint32_t row) { return rows_.data() + uint64_t{row} * row_bytes_; }
   const uint8_t* Row(uint32_t row) const { return rows_.data() + uint64_t{row} * row_bytes_; }

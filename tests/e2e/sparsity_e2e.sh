@@ -1,0 +1,130 @@
+#!/bin/bash
+# End-to-end checks of the sparsity policies (--sparsity, --mlp-density,
+# --gamma) on bundles of stories260K and of a small synthetic model.
+# Usage: sparsity_e2e.sh SPARROW_BIN SHARED_DIR
+set -u
+SPARROW=$1
+SHARED=$2
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+
+pass() { echo "PASS: $1"; }
+fail() { echo "FAIL: $1"; failures=$((failures + 1)); }
+# Runs a command that must fail as bad input: exit 2, one line on stderr.
+expect_input_error() {
+  local what=$1; shift
+  "$@" >/dev/null 2>"$WORK/err.txt"
+  local rc=$? lines
+  lines=$(wc -l <"$WORK/err.txt")
+  if [ $rc -eq 2 ] && [ "$lines" -eq 1 ]; then
+    pass "$what: exit 2, '$(cat "$WORK/err.txt")'"
+  else
+    fail "$what: exit $rc with $lines stderr lines: $(head -c 300 "$WORK/err.txt")"
+  fi
+}
+ppl_of() { tail -n 1 | sed -n 's/^PPL = \([0-9.]*\) +\/- [0-9.]*$/\1/p'; }
+
+STORIES=$SHARED/models/stories260K.gguf
+head -c 100000 "$SHARED/corpora/tinystories_val_excerpt.txt" >"$WORK/ppl.txt"
+dense=$("$SPARROW" perplexity -m "$STORIES" -f "$WORK/ppl.txt" -c 256 2>/dev/null | ppl_of)
+[ -n "$dense" ] || { echo "FAIL: dense perplexity did not run"; exit 1; }
+for layout in dip split neuron; do
+  "$SPARROW" convert -m "$STORIES" -o "$WORK/s-$layout.sparrow" --type f32 --layout $layout 2>/dev/null \
+    || fail "convert --layout $layout"
+done
+bundle_for() { case $1 in up|gate) echo "$WORK/s-split.sparrow" ;; *) echo "$WORK/s-dip.sparrow" ;; esac; }
+
+# 1. At density 1.0 every policy is the dense model, exactly.
+for policy in dense dip dip-ca glu up gate; do
+  got=$("$SPARROW" perplexity -m "$(bundle_for $policy)" -f "$WORK/ppl.txt" -c 256 \
+        --sparsity $policy --mlp-density 1.0 2>/dev/null | ppl_of)
+  [ "$got" = "$dense" ] && pass "$policy at density 1.0: perplexity $got equals dense" \
+    || fail "$policy at density 1.0: perplexity '$got' differs from dense $dense"
+done
+got=$("$SPARROW" perplexity -m "$WORK/s-split.sparrow" -f "$WORK/ppl.txt" -c 256 2>/dev/null | ppl_of)
+[ "$got" = "$dense" ] && pass "split layout, dense: $got" || fail "split layout, dense: '$got' != $dense"
+
+# 2. Per-token masks: perplexity in batches of 64 equals token by token
+#    (reference kernels, so both run the same arithmetic). Computing a batch
+#    with the union of its tokens' units gives a different figure.
+for policy in dip glu up gate; do
+  density=0.5; [ $policy = glu ] && density=0.8
+  one=$("$SPARROW" perplexity -m "$(bundle_for $policy)" -f "$WORK/ppl.txt" -c 256 --chunks 6 -b 1 \
+        --kernels reference --sparsity $policy --mlp-density $density 2>/dev/null | ppl_of)
+  many=$("$SPARROW" perplexity -m "$(bundle_for $policy)" -f "$WORK/ppl.txt" -c 256 --chunks 6 -b 64 \
+         --kernels reference --sparsity $policy --mlp-density $density 2>/dev/null | ppl_of)
+  if [ -n "$one" ] && [ "$one" = "$many" ] && [ "$one" != "$dense" ]; then
+    pass "$policy at $density: batches of 64 and single tokens both give $one"
+  else
+    fail "$policy at $density: -b 1 gives '$one', -b 64 gives '$many'"
+  fi
+done
+
+# 3. Pruning costs accuracy, less of it at higher density.
+dense8=$("$SPARROW" perplexity -m "$WORK/s-dip.sparrow" -f "$WORK/ppl.txt" -c 256 --chunks 8 2>/dev/null | ppl_of)
+lo=$("$SPARROW" perplexity -m "$WORK/s-dip.sparrow" -f "$WORK/ppl.txt" -c 256 --chunks 8 --sparsity dip \
+     --mlp-density 0.5 2>/dev/null | ppl_of)
+hi=$("$SPARROW" perplexity -m "$WORK/s-dip.sparrow" -f "$WORK/ppl.txt" -c 256 --chunks 8 --sparsity dip \
+     --mlp-density 0.9 2>/dev/null | ppl_of)
+if [ -n "$lo" ] && [ -n "$hi" ] && awk -v l="$lo" -v h="$hi" -v d="$dense8" 'BEGIN { exit !(l > h && h > d) }'; then
+  pass "dip: perplexity $lo at density 0.5 > $hi at 0.9 > dense $dense8 (8 chunks)"
+else
+  fail "dip: perplexity '$lo' at 0.5, '$hi' at 0.9, dense '$dense8' (8 chunks)"
+fi
+
+# 4. Cache-aware masking: under a budget whose caches hold about a quarter
+#    of the FFN, dip-ca hits the cache more often than dip at the same density.
+"$SPARROW" synth -o "$WORK/syn.gguf" --dim 128 --ffn 512 --layers 4 --heads 4 --vocab 1000 \
+  --type f32 --seed 5 2>/dev/null
+"$SPARROW" convert -m "$WORK/syn.gguf" -o "$WORK/syn.sparrow" --type f32 --layout dip 2>/dev/null
+min_kib=$("$SPARROW" run -m "$WORK/syn.sparrow" -p hi --dram-budget 1M 2>&1 \
+          | sed -n 's/.*the minimum for this model is \([0-9.]*\) MiB.*/\1/p' | awk '{printf "%d", $1 * 1024}')
+budget="$((min_kib + 768))K"
+hit_rate() {  # decode-token hit rate (last column of the summary row)
+  "$SPARROW" run -m "$WORK/syn.sparrow" -p "Once upon a time" -n 48 --temp 0 --dram-budget "$budget" \
+    --cache lfu --sparsity "$1" --mlp-density 0.5 --stats 2>&1 >/dev/null \
+    | sed -n 's/.*cache hit rate.* \([0-9.]*\)%$/\1/p'
+}
+dip_hits=$(hit_rate dip)
+ca_hits=$(hit_rate dip-ca)
+if [ -n "$dip_hits" ] && [ -n "$ca_hits" ] && awk -v a="$ca_hits" -v b="$dip_hits" 'BEGIN { exit !(a > b) }'; then
+  pass "budget $budget: dip-ca hit rate $ca_hits% > dip $dip_hits%"
+else
+  fail "budget $budget: dip-ca hit rate '$ca_hits' not above dip '$dip_hits'"
+fi
+
+# 5. The trace: valid JSON with per-group entries that add up.
+"$SPARROW" run -m "$WORK/s-dip.sparrow" -p "Once upon a time" -n 8 --temp 0 --sparsity dip-ca \
+  --mlp-density 0.5 --stats-json "$WORK/trace.json" >/dev/null 2>&1
+if python3 - "$WORK/trace.json" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+assert t["format"] == "sparrow-trace" and t["version"] == 1
+assert t["model"]["policy"] == "dip-ca" and t["model"]["layout"] == "dip"
+n = len(t["groups"])
+assert n == 2 * t["model"]["n_layers"]
+for r in t["tokens"]:
+    assert len(r["groups"]) == n
+    assert sum(g[0] for g in r["groups"]) == r["units_needed"]
+    assert sum(g[3] for g in r["groups"]) == r["bytes_read"]
+    assert r["wall_seconds"] >= r["select_seconds"] >= 0
+decode = [r for r in t["tokens"] if r["tokens"] == 1]
+assert decode and decode[-1]["overlap_units"] > 0
+EOF
+then pass "--stats-json trace: per-group entries add up"; else fail "--stats-json trace malformed"; fi
+
+# 6. Bad combinations are one-line errors.
+expect_input_error "dip on a neuron bundle" "$SPARROW" run -m "$WORK/s-neuron.sparrow" -p hi --sparsity dip --mlp-density 0.5
+expect_input_error "up on a dip bundle" "$SPARROW" run -m "$WORK/s-dip.sparrow" -p hi --sparsity up --mlp-density 0.5
+expect_input_error "glu below 2/3" "$SPARROW" run -m "$WORK/s-dip.sparrow" -p hi --sparsity glu --mlp-density 0.5
+expect_input_error "gate below 1/3" "$SPARROW" run -m "$WORK/s-split.sparrow" -p hi --sparsity gate --mlp-density 0.2
+expect_input_error "pruning a GGUF" "$SPARROW" run -m "$STORIES" -p hi --sparsity dip --mlp-density 0.5
+expect_input_error "density 0" "$SPARROW" run -m "$WORK/s-dip.sparrow" -p hi --sparsity dip --mlp-density 0
+expect_input_error "density 1.5" "$SPARROW" run -m "$WORK/s-dip.sparrow" -p hi --sparsity dip --mlp-density 1.5
+expect_input_error "density without a policy" "$SPARROW" run -m "$WORK/s-dip.sparrow" -p hi --mlp-density 0.5
+expect_input_error "gamma 2" "$SPARROW" run -m "$WORK/s-dip.sparrow" -p hi --sparsity dip-ca --gamma 2
+expect_input_error "unknown policy" "$SPARROW" perplexity -m "$WORK/s-dip.sparrow" -f "$WORK/ppl.txt" --sparsity topk
+
+echo "sparsity e2e: $failures failure(s)"
+[ $failures -eq 0 ]
