@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/aligned_buffer.h"
@@ -83,6 +84,10 @@ TokenizerData SynthTokenizer(uint32_t vocab) {
   return t;
 }
 
+// Which hot-structure strengths multiply a tensor (see synth.h): per column
+// by residual channel (the ffn_norm vectors) or per row by FFN unit (ffn_up).
+enum class HotScale { kNone, kChannels, kUnits };
+
 struct TensorPlan {
   std::string name;
   uint64_t rows;
@@ -90,9 +95,86 @@ struct TensorPlan {
   TensorType type;
   float sigma;
   float mean;
+  HotScale hot = HotScale::kNone;
+  uint32_t layer = 0;
 };
 
+// Seeds of the hot-structure permutations; distinct from the weights' seeds
+// (which mix in the tensor index) so the two streams are unrelated.
+constexpr uint64_t kChannelPermSalt = 0x6A09E667F3BCC908ull;
+constexpr uint64_t kUnitPermSalt = 0xBB67AE8584CAA73Bull;
+
+// A seeded Fisher-Yates shuffle of 0..n-1: perm[rank] is the index holding
+// that rank. Our own generator rather than std::shuffle, whose output
+// differs between standard libraries. The modulo bias is below n / 2^64.
+std::vector<uint32_t> SeededPermutation(uint64_t seed, uint32_t n) {
+  std::vector<uint32_t> perm(n);
+  for (uint32_t i = 0; i < n; ++i) perm[i] = i;
+  uint64_t state = seed;
+  for (uint32_t i = n; i > 1; --i) {
+    const uint64_t j = SplitMix(state) % i;
+    std::swap(perm[i - 1], perm[j]);
+  }
+  return perm;
+}
+
+// Strength of every index 0..n-1, ranked by a permutation drawn from `seed`.
+std::vector<float> RankedStrengths(uint64_t seed, uint32_t n, float fraction, float gain) {
+  const std::vector<uint32_t> perm = SeededPermutation(seed, n);
+  const uint32_t n_hot = SynthHotCount(n, fraction);
+  std::vector<float> strength(n);
+  for (uint32_t rank = 0; rank < n; ++rank) strength[perm[rank]] = SynthStrength(rank, n_hot, gain);
+  return strength;
+}
+
+void ValidateHotOptions(const SynthSpec& s) {
+  if (s.hot_fraction.has_value() != s.hot_gain.has_value()) {
+    ThrowInputError(s.hot_fraction ? "synth: --hot-fraction needs --hot-gain"
+                                   : "synth: --hot-gain needs --hot-fraction");
+  }
+  if (!s.hot_fraction) return;
+  // Written as negations so that NaN fails too.
+  if (!(*s.hot_fraction > 0.0f && *s.hot_fraction <= 1.0f)) {
+    ThrowInputError("synth: --hot-fraction must be in (0, 1], got ", *s.hot_fraction);
+  }
+  if (!(std::isfinite(*s.hot_gain) && *s.hot_gain >= 1.0f)) {
+    ThrowInputError("synth: --hot-gain must be a finite number >= 1, got ", *s.hot_gain);
+  }
+}
+
+// The per-column or per-row multipliers for tensor `t`; empty if none.
+std::vector<float> HotScalesFor(const SynthSpec& s, const TensorPlan& t) {
+  switch (t.hot) {
+    case HotScale::kChannels: return SynthChannelStrengths(s);
+    case HotScale::kUnits: return SynthUnitStrengths(s, t.layer);
+    case HotScale::kNone: break;
+  }
+  return {};
+}
+
 }  // namespace
+
+uint32_t SynthHotCount(uint32_t n, float hot_fraction) {
+  const double hot = std::round(static_cast<double>(hot_fraction) * n);
+  // At least one hot entry, so a tiny fraction of a small model still has one.
+  return static_cast<uint32_t>(std::clamp(hot, 1.0, static_cast<double>(n)));
+}
+
+float SynthStrength(uint32_t rank, uint32_t n_hot, float hot_gain) {
+  if (rank < n_hot) return hot_gain;
+  return static_cast<float>(std::pow(1.0 + (rank - n_hot), -kSynthColdAlpha));
+}
+
+std::vector<float> SynthChannelStrengths(const SynthSpec& s) {
+  if (!s.hot_fraction || !s.hot_gain) return {};
+  return RankedStrengths(s.seed ^ kChannelPermSalt, s.dim, *s.hot_fraction, *s.hot_gain);
+}
+
+std::vector<float> SynthUnitStrengths(const SynthSpec& s, uint32_t layer) {
+  if (!s.hot_fraction || !s.hot_gain) return {};
+  uint64_t state = s.seed ^ kUnitPermSalt ^ (uint64_t{layer} * 0xD1B54A32D192ED03ull);
+  return RankedStrengths(SplitMix(state), s.ffn, *s.hot_fraction, *s.hot_gain);
+}
 
 void ValidateSynthSpec(const SynthSpec& s) {
   if (s.dim == 0 || s.ffn == 0 || s.layers == 0 || s.heads == 0 || s.kv_heads == 0 || s.vocab == 0) {
@@ -111,6 +193,7 @@ void ValidateSynthSpec(const SynthSpec& s) {
     ThrowInputError("synth: type ", TensorTypeName(s.type),
                     " is not supported (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)");
   }
+  ValidateHotOptions(s);
   const uint32_t block = GetTensorTypeInfo(s.type).block_elems;
   if (s.dim % block != 0 || s.ffn % block != 0) {
     ThrowInputError("synth: --dim and --ffn must be multiples of ", block, " for type ",
@@ -137,9 +220,10 @@ void WriteSyntheticModel(const SynthSpec& s, const std::string& path,
     plan.push_back({b + "attn_k.weight", kv_dim, s.dim, s.type, sigma, 0.0f});
     plan.push_back({b + "attn_v.weight", kv_dim, s.dim, s.type, sigma, 0.0f});
     plan.push_back({b + "attn_output.weight", s.dim, s.dim, s.type, sigma, 0.0f});
-    plan.push_back({b + "ffn_norm.weight", 1, s.dim, TensorType::kF32, 0.05f, 1.0f});
+    plan.push_back({b + "ffn_norm.weight", 1, s.dim, TensorType::kF32, 0.05f, 1.0f,
+                    HotScale::kChannels, i});
     plan.push_back({b + "ffn_gate.weight", s.ffn, s.dim, s.type, sigma, 0.0f});
-    plan.push_back({b + "ffn_up.weight", s.ffn, s.dim, s.type, sigma, 0.0f});
+    plan.push_back({b + "ffn_up.weight", s.ffn, s.dim, s.type, sigma, 0.0f, HotScale::kUnits, i});
     plan.push_back({b + "ffn_down.weight", s.dim, s.ffn, s.type, sigma, 0.0f});
   }
   plan.push_back({"output_norm.weight", 1, s.dim, TensorType::kF32, 0.05f, 1.0f});
@@ -158,6 +242,11 @@ void WriteSyntheticModel(const SynthSpec& s, const std::string& path,
   writer.Add("llama.rope.dimension_count", gguf::Value::U32(head_dim));
   writer.Add("llama.rope.freq_base", gguf::Value::F32(10000.0f));
   writer.Add("llama.attention.layer_norm_rms_epsilon", gguf::Value::F32(1e-5f));
+  // Only when given, so that a model without them keeps its old bytes.
+  if (s.hot_fraction && s.hot_gain) {
+    writer.Add("sparrow.synth.hot_fraction", gguf::Value::F32(*s.hot_fraction));
+    writer.Add("sparrow.synth.hot_gain", gguf::Value::F32(*s.hot_gain));
+  }
   SynthTokenizer(s.vocab).AddToGguf(writer);
 
   uint64_t total = 0;
@@ -180,6 +269,9 @@ void WriteSyntheticModel(const SynthSpec& s, const std::string& path,
     // Rows per chunk: ~8 MiB of f32 scratch.
     const uint64_t chunk_rows = std::max<uint64_t>(1, (8u << 20) / (t.cols * sizeof(float)));
     AlignedBuffer<uint8_t> out(std::min(chunk_rows, t.rows) * row_bytes);
+    // Computed once per tensor, before the threads split the rows, so the
+    // weights stay independent of the thread count.
+    const std::vector<float> hot = HotScalesFor(s, t);
     for (uint64_t r0 = 0; r0 < t.rows; r0 += chunk_rows) {
       const uint64_t rows = std::min(chunk_rows, t.rows - r0);
       ParallelFor(rows, 1, [&](size_t begin, size_t end, int) {
@@ -188,6 +280,11 @@ void WriteSyntheticModel(const SynthSpec& s, const std::string& path,
           uint64_t seed_state = s.seed ^ (ti * 0x9E3779B97F4A7C15ull);
           const uint64_t row_seed = SplitMix(seed_state) ^ (r0 + r) * 0xD1B54A32D192ED03ull;
           FillRandom(row_seed, t.sigma, t.mean, row.data(), t.cols);
+          if (t.hot == HotScale::kChannels && !hot.empty()) {
+            for (size_t c = 0; c < t.cols; ++c) row[c] *= hot[c];
+          } else if (t.hot == HotScale::kUnits && !hot.empty()) {
+            for (float& w : row) w *= hot[r0 + r];
+          }
           simd::QuantizeRow(t.type, row.data(), t.cols, out.data() + r * row_bytes);
         }
       });

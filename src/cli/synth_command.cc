@@ -26,6 +26,11 @@ int SynthCommand(int argc, char** argv) {
       ("type", "Weight type: f32, f16, bf16, q8_0, q4_0, q4_K, q6_K", cxxopts::value<std::string>())
       ("ctx", "Context length recorded in the metadata", cxxopts::value<uint32_t>()->default_value("4096"))
       ("seed", "Random seed", cxxopts::value<uint64_t>()->default_value("1"))
+      ("hot-fraction", "Fraction F in (0, 1] of residual channels and FFN units made hot, like "
+                       "a trained model's outliers (needs --hot-gain)", cxxopts::value<float>())
+      ("hot-gain", "Strength G >= 1 of the hot channels and units relative to the strongest "
+                   "cold one; the rest decay as a power law (needs --hot-fraction)",
+       cxxopts::value<float>())
       ("force", "Overwrite the output file if it exists")
       ("t,threads", "Worker threads (default: all cores)", cxxopts::value<int>()->default_value("0"));
   cxxopts::ParseResult args;
@@ -43,6 +48,9 @@ int SynthCommand(int argc, char** argv) {
   spec.vocab = args["vocab"].as<uint32_t>();
   spec.context_length = args["ctx"].as<uint32_t>();
   spec.seed = args["seed"].as<uint64_t>();
+  // Range checks and "one without the other" are ValidateSynthSpec's.
+  if (args.count("hot-fraction")) spec.hot_fraction = args["hot-fraction"].as<float>();
+  if (args.count("hot-gain")) spec.hot_gain = args["hot-gain"].as<float>();
   const std::string type = args["type"].as<std::string>();
   const std::optional<TensorType> parsed = ParseTensorType(type);
   if (!parsed) ThrowInputError("synth: unknown --type '", type, "'");
