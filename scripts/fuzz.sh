@@ -1,7 +1,8 @@
 #!/bin/bash
 # Builds the libFuzzer targets with clang + ASan + UBSan in build-fuzz/ and
-# runs each for N seconds (default 60): the GGUF reader fuzzer always, the
-# tokenizer fuzzer once its source is written. Exits non-zero if a fuzzer
+# runs each for N seconds (default 60): the GGUF reader fuzzer and the trace
+# reader fuzzer (sparrow simulate) always, the tokenizer fuzzer once its
+# source is written. Exits non-zero if a fuzzer
 # finds a crash, leak, timeout or sanitizer report; the reproducer is left in
 # build-fuzz/artifacts/.
 #
@@ -59,11 +60,12 @@ if ! head -n 1 "$ROOT/tests/fuzz/tokenizer_fuzzer.cc" | grep -q "Placeholder"; t
 else
   log "tests/fuzz/tokenizer_fuzzer.cc is still a placeholder: skipping it"
 fi
+TARGETS+=(tests/fuzz/trace_fuzzer)
 ninja -C "$BUILD" "${TARGETS[@]}"
 
 SEEDS="$BUILD/seeds"
-mkdir -p "$SEEDS/gguf" "$SEEDS/tokenizer" "$BUILD/corpus/gguf" "$BUILD/corpus/tokenizer" \
-         "$BUILD/artifacts"
+mkdir -p "$SEEDS/gguf" "$SEEDS/tokenizer" "$SEEDS/trace" "$BUILD/corpus/gguf" \
+         "$BUILD/corpus/tokenizer" "$BUILD/corpus/trace" "$BUILD/artifacts"
 
 # Seeds for the GGUF fuzzer: each fixture shrunk to a few KiB (arrays cut to
 # 64 entries, tensors cut to one or two small rows) but still valid, plus a
@@ -172,6 +174,42 @@ for path in paths:
         i += 1
 PY
 
+# Seeds for the trace fuzzer (sparrow simulate's reader): small valid
+# traces, one with a prompt batch and decode records, one with a null ratio.
+python3 - "$SEEDS/trace" <<'PY'
+import json, os, sys
+out_dir = sys.argv[1]
+def trace(n_groups, records):
+    groups = [{"layer": i // 2, "kind": "dip-input" if i % 2 == 0 else "dip-output",
+               "n_units": 64, "record_bytes": 1092, "payload_bytes": 1088, "capacity": 32}
+              for i in range(n_groups)]
+    tokens = []
+    for i, (n, per_group) in enumerate(records):
+        tot = [sum(g[k] for g in per_group) for k in range(5)]
+        tokens.append({"record": i, "tokens": n, "bytes_read": tot[3], "read_calls": tot[4],
+                       "mean_read_bytes": tot[3] / tot[4] if tot[4] else None,
+                       "units_needed": tot[0], "units_hit": tot[1],
+                       "hit_rate": tot[1] / tot[0] if tot[0] else None,
+                       "units_loaded": tot[2], "units_evicted": 0, "io_seconds": 0.001,
+                       "memory_seconds": 0.0002, "compute_seconds": 0.0005,
+                       "select_seconds": 0.0001, "wall_seconds": 0.002, "groups": per_group})
+    return {"format": "sparrow-trace", "version": 1,
+            "model": {"layout": "dip", "record_type": "q8_0", "n_layers": (n_groups + 1) // 2,
+                      "d_model": 64, "d_ff": 64, "resident_bytes": 100000, "ffn_bytes": 140000,
+                      "cache_bytes": 70000, "dram_budget": 0, "threads": 2, "io": "pread",
+                      "policy": "dip-ca", "mlp_density": 0.5, "gamma": 0.2},
+            "groups": groups, "tokens": tokens}
+seeds = {
+    "batch_and_decode": trace(4, [(3, [[40, 0, 40, 43680, 2]] * 4),
+                                  (1, [[32, 20, 12, 13104, 3]] * 4),
+                                  (1, [[32, 32, 0, 0, 0]] * 4)]),
+    "one_group": trace(1, [(1, [[0, 0, 0, 0, 0]]), (1, [[10, 5, 5, 5460, 5]])]),
+}
+for name, doc in seeds.items():
+    with open(os.path.join(out_dir, name + ".json"), "w") as f:
+        json.dump(doc, f, indent=1)
+PY
+
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 
@@ -192,6 +230,9 @@ if [[ " ${TARGETS[*]} " == *" tests/fuzz/tokenizer_fuzzer "* ]]; then
   run tokenizer_fuzzer 4096 &
   pids+=($!)
 fi
+names+=(trace_fuzzer)
+run trace_fuzzer 65536 &
+pids+=($!)
 log "running ${names[*]} for ${SECONDS_PER_FUZZER}s each, in parallel"
 status=0
 for i in "${!pids[@]}"; do

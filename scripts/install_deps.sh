@@ -1,11 +1,11 @@
 #!/bin/bash
 # Installs the Debian packages Sparrow needs, only those missing.
-#   install_deps.sh build   compiler, Meson/Ninja, Highway, oneDNN, cxxopts, doctest, liburing
+#   install_deps.sh build   compiler, Meson/Ninja, Highway, oneDNN, cxxopts, doctest, liburing, nlohmann/json
 #   install_deps.sh test    the above plus clang (fuzzers) and GNU time
 set -euo pipefail
 
 packages=(g++ pkg-config cmake meson ninja-build libhwy-dev libdnnl-dev libcxxopts-dev doctest-dev
-          liburing-dev ca-certificates)
+          liburing-dev nlohmann-json3-dev ca-certificates)
 if [ "${1:-build}" = test ]; then
   packages+=(clang libclang-rt-14-dev time util-linux)
 fi
