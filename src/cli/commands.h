@@ -11,5 +11,7 @@ int SynthCommand(int argc, char** argv);
 int InfoCommand(int argc, char** argv);
 int ConvertCommand(int argc, char** argv);
 int ProbeIoCommand(int argc, char** argv);
+int SimulateCommand(int argc, char** argv);
+int TradeoffCommand(int argc, char** argv);
 
 }  // namespace sparrow::cli

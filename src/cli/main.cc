@@ -35,6 +35,10 @@ constexpr CommandEntry kCommands[] = {
      "convert a GGUF model into a bundle that streams its feed-forward from disk"},
     {"probe-io", sparrow::cli::ProbeIoCommand,
      "random-read throughput of a disk by read size and parallelism"},
+    {"simulate", sparrow::cli::SimulateCommand,
+     "predict decode tok/s on a device profile from a --stats-json trace"},
+    {"tradeoff", sparrow::cli::TradeoffCommand,
+     "perplexity vs speed for each sparsity policy and density (CSV, SVG)"},
 };
 
 void PrintUsage(std::FILE* out) {
