@@ -46,7 +46,7 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   MemoryBudget& budget = *out.budget;
 
   // Everything fixed, then the least the streamed FFN can work with.
-  const uint64_t process = CurrentRssBytes();
+  const uint64_t process = options.process_bytes.value_or(CurrentRssBytes());
   const uint64_t metadata = MetadataBytes(bndl->header());
   const uint64_t resident = bndl->resident_bytes();
   const uint64_t session = Session::MemoryBytes(config, out.n_ctx, out.max_batch,
@@ -99,7 +99,7 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
   out.budget = std::make_shared<MemoryBudget>(options.dram_budget);
   if (!out.budget->unlimited()) {
     // A GGUF runs with every weight resident: the whole file must fit.
-    const uint64_t process = CurrentRssBytes();
+    const uint64_t process = options.process_bytes.value_or(CurrentRssBytes());
     const uint64_t weights = out.model->weight_bytes();
     const uint64_t session = Session::MemoryBytes(c, out.n_ctx, out.max_batch,
                                                   options.logits_rows, ThreadCount()) +

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "src/model/model.h"
@@ -22,6 +23,11 @@ struct EngineOptions {
   size_t logits_rows = 1;    // tokens whose logits are kept (perplexity: n_ctx)
   StreamConfig stream;       // streamed models only
   SparsityOptions sparsity;  // which FFN units each token uses (bundles only)
+  // The process's own footprint (code, libraries, stacks) charged to the
+  // budget; unset: the resident set size at open. A sweep that opens the
+  // model many times in one process pins it, so that heap the allocator
+  // kept from earlier points does not shrink the later points' caches.
+  std::optional<uint64_t> process_bytes;
 };
 
 struct LoadedModel {

@@ -38,6 +38,7 @@ TradeoffPoint Point(const std::string& policy, double density, double ppl, doubl
   p.density = density;
   p.ppl = ppl;
   p.tokens_per_second = tps;
+  p.needed_bytes_per_token = 4000 * density;
   p.flash_bytes_per_token = 1000 * density;
   p.hit_rate = 0.5;
   return p;
@@ -62,10 +63,10 @@ TEST_CASE("tradeoff CSV: one row per point, empty cells for what was not measure
   const std::vector<std::string> lines = Lines(TradeoffCsv(Sweep()));
   REQUIRE(lines.size() == 7);
   CHECK(lines[0].rfind("policy,density,gamma,reachable,perplexity,", 0) == 0);
-  CHECK(lines[1] == "dense,1,,1,3.94,,1000,0.5,10,,0,");
+  CHECK(lines[1] == "dense,1,,1,3.94,,4000,1000,0.5,10,,0,,");
   CHECK(lines[5].rfind("dip-ca,0.5,0.2,1,7,", 0) == 0);
   // The note is quoted, its quotes doubled, so the comma inside stays in one cell.
-  CHECK(lines[6] == "glu,0.5,,0,,,,,,,0,\"glu needs \"\"density\"\" >= 0.667, got 0.5\"");
+  CHECK(lines[6] == "glu,0.5,,0,,,,,,,,0,,\"glu needs \"\"density\"\" >= 0.667, got 0.5\"");
 }
 
 TEST_CASE("tradeoff SVG: series per policy, unreachable points left out, text escaped") {

@@ -43,6 +43,7 @@ double ParseDensity(const std::string& text) {
 // the streamed FFN's per-token means.
 struct DecodeFigures {
   double tokens_per_second = NAN;
+  double needed_bytes_per_token = NAN;
   double bytes_per_token = NAN;
   double hit_rate = NAN;
   double overlap = NAN;
@@ -72,7 +73,17 @@ DecodeFigures Decode(const LoadedModel& loaded, const std::vector<int32_t>& prom
   for (size_t r = first_record; r < records.size(); ++r) sum.Add(records[r]);
   DecodeFigures f;
   if (evals > 0) f.tokens_per_second = evals / std::max(seconds, 1e-9);
-  if (sum.tokens > 0) f.bytes_per_token = static_cast<double>(sum.bytes_read) / sum.tokens;
+  if (sum.tokens > 0) {
+    f.bytes_per_token = static_cast<double>(sum.bytes_read) / sum.tokens;
+    // Weight bytes the chosen units hold, cached or not.
+    const std::vector<StreamStats::TraceGroup>& groups =
+        loaded.streamed->stats().trace_header().groups;
+    double needed = 0;
+    for (size_t g = 0; g < sum.groups.size() && g < groups.size(); ++g) {
+      needed += static_cast<double>(sum.groups[g].needed) * groups[g].record_bytes;
+    }
+    f.needed_bytes_per_token = needed / sum.tokens;
+  }
   if (sum.units_needed > 0) f.hit_rate = static_cast<double>(sum.units_hit) / sum.units_needed;
   if (sum.overlap_units > 0) f.overlap = static_cast<double>(sum.overlap_kept) / sum.overlap_units;
   return f;
@@ -155,13 +166,32 @@ int TradeoffCommand(int argc, char** argv) {
     layouts.push_back(bundle::Bundle::Open(path).layout());
   }
 
+  // Every kind of model a figure may come from says so.
+  {
+    const bundle::Bundle first = bundle::Bundle::Open(models.front());
+    const std::string model_name = first.header().GetString("general.name").value_or("");
+    std::printf("model: %s (%s)\n\n", models.front().c_str(),
+                model_name.rfind("sparrow-synth-", 0) == 0
+                    ? ("synthetic, random weights: " + model_name).c_str()
+                    : ("trained: " + (model_name.empty() ? std::string("unnamed") : model_name)).c_str());
+  }
+
   EngineOptions base = ParseModelOptions(args, models.front());
+  // One footprint for every point, so that each gets the same unit caches
+  // from the budget (see EngineOptions::process_bytes).
+  base.process_bytes = CurrentRssBytes();
   base.n_ctx = static_cast<size_t>(std::max(ctx, prompt_len + n_gen + 1));
   base.logits_rows = static_cast<size_t>(ctx);
   std::vector<TradeoffPoint> points;
-  const size_t total = policies.size() * densities.size();
+  // Dense has one point, at density 1, whatever the list.
+  size_t total = 0;
   for (SparsityKind kind : policies) {
-    for (double density : densities) {
+    total += kind == SparsityKind::kDense ? 1 : densities.size();
+  }
+  for (SparsityKind kind : policies) {
+    std::vector<double> list = densities;
+    if (kind == SparsityKind::kDense) list = {1.0};
+    for (double density : list) {
       TradeoffPoint p;
       p.policy = GetPolicyInfo(kind).name;
       p.density = density;
@@ -173,20 +203,15 @@ int TradeoffCommand(int argc, char** argv) {
       EngineOptions engine = base;
       engine.sparsity.kind = kind;
       engine.sparsity.density = density;
-      // Dense has one point, at density 1; the others run where they can.
+      // A policy runs on the first bundle in the layout it needs (any, for
+      // dense); CheckSparsity then says whether it reaches the density.
       std::string model_path;
       try {
-        if (kind == SparsityKind::kDense && density != 1.0) {
-          ThrowInputError("dense runs at density 1 only");
-        }
-        for (size_t i = 0; i < models.size() && model_path.empty(); ++i) {
-          try {
-            CheckSparsity(engine.sparsity, layouts[i]);
-            model_path = models[i];
-          } catch (const InputError&) {
-            if (i + 1 == models.size()) throw;
-          }
-        }
+        const std::optional<bundle::Layout> needed = GetPolicyInfo(kind).layout;
+        size_t chosen = 0;
+        while (needed && chosen < models.size() && layouts[chosen] != *needed) ++chosen;
+        CheckSparsity(engine.sparsity, layouts[std::min(chosen, models.size() - 1)]);
+        model_path = models[chosen];
       } catch (const InputError& e) {
         p.reachable = false;
         p.note = e.what();
@@ -208,39 +233,47 @@ int TradeoffCommand(int argc, char** argv) {
         p.ppl_stderr = r.ppl_stderr;
       }
       {
-        // Decoding from fresh caches, as a user's run would start.
-        EngineOptions decode = engine;
-        decode.logits_rows = 1;
-        const LoadedModel loaded = OpenModel(model_path, decode);
+        // Decoding from fresh caches, as a user's run would start; with the
+        // perplexity run's options (logits rows included), so that both get
+        // the same unit caches from the budget.
+        const LoadedModel loaded = OpenModel(model_path, engine);
         const Model& model = *loaded.model;
         std::vector<int32_t> prompt = model.tokenizer().Encode(text, model.tokenizer().add_bos());
         prompt.resize(std::min<size_t>(prompt.size(), static_cast<size_t>(prompt_len)));
         const DecodeFigures f = Decode(loaded, prompt, static_cast<size_t>(n_gen));
         p.tokens_per_second = f.tokens_per_second;
+        p.needed_bytes_per_token = f.needed_bytes_per_token;
+        p.cache_fraction = loaded.streamed->cache_fraction();
         p.flash_bytes_per_token = f.bytes_per_token;
         p.hit_rate = f.hit_rate;
         p.topk_overlap = f.overlap;
       }
-      std::fprintf(stderr, "ppl %.4f, %.2f tok/s, %s/token, hit rate %s\n", p.ppl,
-                   p.tokens_per_second, FormatBytes(static_cast<uint64_t>(p.flash_bytes_per_token)).c_str(),
-                   Cell(100 * p.hit_rate, "%.1f%%").c_str());
+      std::fprintf(stderr, "ppl %.4f, %.2f tok/s, %s/token read, hit rate %s, caches %s of the FFN\n",
+                   p.ppl, p.tokens_per_second,
+                   FormatBytes(static_cast<uint64_t>(p.flash_bytes_per_token)).c_str(),
+                   Cell(100 * p.hit_rate, "%.1f%%").c_str(),
+                   Cell(100 * p.cache_fraction, "%.1f%%").c_str());
       points.push_back(p);
     }
   }
 
-  std::printf("| policy | density | perplexity | tok/s | flash read / token | hit rate | top-K overlap |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
+  auto bytes = [](double v) {
+    return std::isfinite(v) ? FormatBytes(static_cast<uint64_t>(v)) : std::string("-");
+  };
+  std::printf("| policy | density | perplexity | tok/s | FFN bytes used / token | flash read / token "
+              "| hit rate | top-K overlap | caches / FFN |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const TradeoffPoint& p : points) {
     if (!p.reachable) {
-      std::printf("| %s | %g | - | - | - | - | - |\n", p.policy.c_str(), p.density);
+      std::printf("| %s | %g | unreachable | - | - | - | - | - | - |\n", p.policy.c_str(), p.density);
       continue;
     }
-    std::printf("| %s | %g | %s ± %s | %s | %s | %s | %s |\n", p.policy.c_str(), p.density,
-                Cell(p.ppl, "%.4f").c_str(), Cell(p.ppl_stderr, "%.4f").c_str(),
-                Cell(p.tokens_per_second, "%.2f").c_str(),
-                std::isfinite(p.flash_bytes_per_token)
-                    ? FormatBytes(static_cast<uint64_t>(p.flash_bytes_per_token)).c_str() : "-",
-                Cell(100 * p.hit_rate, "%.1f%%").c_str(), Cell(100 * p.topk_overlap, "%.1f%%").c_str());
+    std::printf("| %s | %g | %s ± %s | %s | %s | %s | %s | %s | %s |\n", p.policy.c_str(),
+                p.density, Cell(p.ppl, "%.4f").c_str(), Cell(p.ppl_stderr, "%.4f").c_str(),
+                Cell(p.tokens_per_second, "%.2f").c_str(), bytes(p.needed_bytes_per_token).c_str(),
+                bytes(p.flash_bytes_per_token).c_str(), Cell(100 * p.hit_rate, "%.1f%%").c_str(),
+                Cell(100 * p.topk_overlap, "%.1f%%").c_str(),
+                Cell(100 * p.cache_fraction, "%.1f%%").c_str());
   }
   if (args.count("output")) {
     const std::string prefix = args["output"].as<std::string>();

@@ -218,14 +218,15 @@ std::string ScatterSvg(const std::vector<TradeoffPoint>& points, const PlotSpec&
 
 std::string TradeoffCsv(const std::vector<TradeoffPoint>& points) {
   std::string csv =
-      "policy,density,gamma,reachable,perplexity,perplexity_stderr,flash_bytes_per_token,"
-      "hit_rate,tokens_per_second,topk_overlap,dram_budget,note\n";
+      "policy,density,gamma,reachable,perplexity,perplexity_stderr,needed_bytes_per_token,"
+      "flash_bytes_per_token,hit_rate,tokens_per_second,topk_overlap,dram_budget,cache_fraction,"
+      "note\n";
   for (const TradeoffPoint& p : points) {
     csv += p.policy + "," + Number(p.density) + "," + Number(p.gamma) + "," +
            (p.reachable ? "1" : "0") + "," + Number(p.ppl) + "," + Number(p.ppl_stderr) + "," +
-           Number(p.flash_bytes_per_token, "%.0f") + "," + Number(p.hit_rate) + "," +
+           Number(p.needed_bytes_per_token, "%.0f") + "," + Number(p.flash_bytes_per_token, "%.0f") + "," + Number(p.hit_rate) + "," +
            Number(p.tokens_per_second) + "," + Number(p.topk_overlap) + "," +
-           std::to_string(p.dram_budget) + "," + (p.note.empty() ? "" : CsvQuoted(p.note)) + "\n";
+           std::to_string(p.dram_budget) + "," + Number(p.cache_fraction) + "," + (p.note.empty() ? "" : CsvQuoted(p.note)) + "\n";
   }
   return csv;
 }

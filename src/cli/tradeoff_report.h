@@ -18,11 +18,13 @@ struct TradeoffPoint {
   std::string note;  // why an unreachable point was skipped
   double ppl = NAN;
   double ppl_stderr = NAN;
-  double flash_bytes_per_token = NAN;
+  double needed_bytes_per_token = NAN;  // FFN weight bytes a decode token uses
+  double flash_bytes_per_token = NAN;   // of which read from flash (cache misses)
   double hit_rate = NAN;
   double tokens_per_second = NAN;
   double topk_overlap = NAN;
   uint64_t dram_budget = 0;  // 0: no budget
+  double cache_fraction = NAN;  // units the caches hold / the FFN's units
 };
 
 // Header plus one row per point; empty cells for figures that were not
