@@ -86,7 +86,7 @@ TEST_CASE("tradeoff SVG: series per policy, unreachable points left out, text es
   CHECK(svg.find(">10</text>") != std::string::npos);
 }
 
-TEST_CASE("tradeoff SVG: the speed plot places points by tokens/s, and dip's line runs in x order") {
+TEST_CASE("tradeoff SVG: the speed plot places points by tokens/s, dip's line in order of density") {
   const std::string svg = PerplexityVsSpeedSvg(Sweep(), "m");
   const size_t at = svg.find("<polyline");
   REQUIRE(at != std::string::npos);
@@ -95,8 +95,9 @@ TEST_CASE("tradeoff SVG: the speed plot places points by tokens/s, and dip's lin
   std::vector<double> xs;
   for (std::string pair; in >> pair;) xs.push_back(std::stod(pair.substr(0, pair.find(','))));
   REQUIRE(xs.size() == 3);
-  CHECK(xs[0] < xs[1]);
-  CHECK(xs[1] < xs[2]);
+  // Densities 0.3, 0.5, 0.9 ran at 25, 18 and 11 tok/s: right to left.
+  CHECK(xs[0] > xs[1]);
+  CHECK(xs[1] > xs[2]);
   CHECK(svg.find("decoding speed (tokens/s)") != std::string::npos);
 }
 

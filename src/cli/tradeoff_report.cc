@@ -1,6 +1,7 @@
 #include "src/cli/tradeoff_report.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -123,16 +124,18 @@ std::string ScatterSvg(const std::vector<TradeoffPoint>& points, const PlotSpec&
 
   // Series in order of first appearance; each keeps its drawable points.
   std::vector<std::string> order;
-  std::map<std::string, std::vector<std::pair<double, double>>> series;
+  // Each point keeps its density: a series is drawn in order of density,
+  // a curve through the policy's settings even where x is not monotonic.
+  std::map<std::string, std::vector<std::array<double, 3>>> series;
   std::vector<double> xs, ys;
   for (const TradeoffPoint& p : points) {
     const std::string name = SeriesName(p);
     if (!series.count(name)) order.push_back(name);
-    std::vector<std::pair<double, double>>& s = series[name];
+    std::vector<std::array<double, 3>>& s = series[name];
     const double x = spec.x(p), y = spec.y(p);
     if (!p.reachable || !std::isfinite(x) || !std::isfinite(y) || y <= 0) continue;
     if (spec.x_log && x <= 0) continue;
-    s.emplace_back(x, y);
+    s.push_back({p.density, x, y});
     xs.push_back(x);
     ys.push_back(y);
   }
@@ -185,17 +188,17 @@ std::string ScatterSvg(const std::vector<TradeoffPoint>& points, const PlotSpec&
   // legend entry (also for series with nothing measured, marked as such).
   for (size_t i = 0; i < order.size(); ++i) {
     const char* color = kColors[i % (sizeof(kColors) / sizeof(kColors[0]))];
-    std::vector<std::pair<double, double>> s = series[order[i]];
+    std::vector<std::array<double, 3>> s = series[order[i]];
     std::sort(s.begin(), s.end());
     if (s.size() > 1) {
       std::string path;
-      for (const auto& [x, y] : s) {
+      for (const auto& [density, x, y] : s) {
         path += Number(ax.Pixel(x), "%.2f") + "," + Number(ay.Pixel(y), "%.2f") + " ";
       }
       add("<polyline fill=\"none\" stroke=\"" + std::string(color) +
           "\" stroke-width=\"2\" points=\"" + path + "\"/>");
     }
-    for (const auto& [x, y] : s) {
+    for (const auto& [density, x, y] : s) {
       add("<circle cx=\"" + Number(ax.Pixel(x), "%.2f") + "\" cy=\"" + Number(ay.Pixel(y), "%.2f") +
           "\" r=\"4\" fill=\"" + color + "\"><title>" + XmlEscaped(order[i]) + ": " +
           Number(x, "%g") + ", " + Number(y, "%.4g") + "</title></circle>");

@@ -31,7 +31,7 @@ struct TradeoffPoint {
 // measured; the note is quoted as CSV requires.
 std::string TradeoffCsv(const std::vector<TradeoffPoint>& points);
 
-// One series per policy, joined in order of x; unreachable points and
+// One series per policy, joined in order of density; unreachable points and
 // non-finite figures are left out. Perplexity is on a log scale.
 std::string PerplexityVsDensitySvg(const std::vector<TradeoffPoint>& points,
                                    const std::string& title);
