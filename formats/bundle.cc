@@ -156,6 +156,27 @@ uint32_t ModelDim(const gguf::GgufFile& header, const std::string& path,
   return static_cast<uint32_t>(*v);
 }
 
+// The calibration trailer after the bundle's declared end. A broken one
+// makes the file unusable (it would silently change how runs prune), so it
+// is refused, with how to drop it: the bundle's own bytes are intact.
+Calibration ReadCalibrationTrailer(const FileHandle& file, const Bundle& b) {
+  const uint64_t extra = b.file_size() - b.bundle_bytes();
+  const std::string drop = StrCat("; `truncate -s ", b.bundle_bytes(), " ", b.path(),
+                                  "` drops it and keeps the bundle");
+  if (extra > kMaxCalibrationTrailerBytes) {
+    ThrowInputError(b.path(), ": the file has ", b.file_size(), " bytes but the bundle header says ",
+                    b.bundle_bytes(), ", and the ", extra,
+                    " bytes after it are too many for a calibration section", drop);
+  }
+  std::vector<uint8_t> trailer(extra);
+  file.ReadAt(trailer.data(), trailer.size(), b.bundle_bytes(), "calibration section");
+  try {
+    return ParseCalibration(trailer.data(), trailer.size(), b.header_crc(), b.path());
+  } catch (const InputError& e) {
+    throw InputError(e.what() + drop);
+  }
+}
+
 std::string GroupName(const UnitGroup& g) {
   return StrCat("layer ", g.layer, " ", RecordKindName(g.kind), " section");
 }
@@ -348,13 +369,17 @@ Bundle Bundle::Open(const std::string& path) {
   b.d_model_ = ModelDim(header, path, *arch, "embedding_length");
   b.d_ff_ = ModelDim(header, path, *arch, "feed_forward_length");
 
-  // The file must be exactly as long as written: a copy cut short anywhere,
-  // even in the final padding, is reported as truncated.
+  // The bundle must be exactly as long as written: a copy cut short
+  // anywhere, even in the final padding, is reported as truncated. What
+  // follows it must be a calibration trailer.
   const uint64_t file_bytes = keys.U64(keys::kFileBytes);
-  if (file_bytes != b.file_size_) {
-    ThrowInputError(path, b.file_size_ < file_bytes ? ": truncated: the file has " : ": the file has ",
-                    b.file_size_, " bytes but the bundle header says ", file_bytes);
+  if (file_bytes > b.file_size_) {
+    ThrowInputError(path, ": truncated: the file has ", b.file_size_,
+                    " bytes but the bundle header says ", file_bytes);
   }
+  b.bundle_bytes_ = file_bytes;
+  b.header_crc_ = stored_crc;
+  if (file_bytes < b.file_size_) b.calibration_ = ReadCalibrationTrailer(file, b);
 
   // Sections: the resident one, then one per (layer, kind) in canonical order.
   struct Extent {
@@ -372,9 +397,9 @@ Bundle Bundle::Open(const std::string& path) {
       ThrowInputError(path, ": ", name, " at offset ", offset,
                       " overlaps the header region (which ends at ", header_end, ")");
     }
-    if (!CheckedAdd(offset, bytes, &end) || end > b.file_size_) {
+    if (!CheckedAdd(offset, bytes, &end) || end > file_bytes) {
       ThrowInputError(path, ": truncated: the ", name, " [", offset, ", +", bytes,
-                      ") extends past the end of the file (", b.file_size_, " bytes)");
+                      ") extends past the end of the bundle (", file_bytes, " bytes)");
     }
     extents.push_back({offset, end, name});
   };

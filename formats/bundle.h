@@ -23,7 +23,10 @@
 //   record ends with the CRC32C of everything before it in the record
 //   (payload and zero padding), checked whenever it is read.
 // Sections follow each other in that order, each on a 4096-byte boundary,
-// gaps zero-filled; the file is padded to a multiple of 4096 bytes.
+// gaps zero-filled; the bundle is padded to a multiple of 4096 bytes,
+// sparrow.file_bytes in all. The file ends there, or is followed by exactly
+// one calibration trailer (formats/calibration.h, written by `sparrow
+// calibrate`); anything else after the bundle's end is refused.
 //
 // Records ("units"), each part quantized along its length in blocks of 32
 // (parts are zero-padded to a whole number of blocks) or stored F16/F32:
@@ -48,6 +51,7 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/calibration.h"
 #include "formats/gguf.h"
 #include "formats/tensor_type.h"
 
@@ -68,7 +72,7 @@ namespace keys {
 inline constexpr char kLayout[] = "sparrow.layout";            // string: "neuron" | "dip" | "split"
 inline constexpr char kRecordType[] = "sparrow.record_type";   // string: "f32" | "f16" | "q8_0" | "q4_0"
 inline constexpr char kSource[] = "sparrow.source";            // string: source file name (informational)
-inline constexpr char kFileBytes[] = "sparrow.file_bytes";     // u64: the file's exact size
+inline constexpr char kFileBytes[] = "sparrow.file_bytes";     // u64: the bundle's size (the file's, less any calibration trailer)
 inline constexpr char kResidentOffset[] = "sparrow.resident.offset";  // u64
 inline constexpr char kResidentBytes[] = "sparrow.resident.bytes";    // u64
 inline constexpr char kResidentCrc[] = "sparrow.resident.crc32c";     // u32
@@ -137,13 +141,21 @@ bool RecordCrcMatches(const UnitGroup& group, const uint8_t* record);
 class Bundle {
  public:
   // Reads and validates the fixed header and the header body (CRC32C,
-  // structure, section bounds against the file size). Reads nothing else.
+  // structure, section bounds against the file size), and the calibration
+  // trailer when the file has one. Reads nothing else.
   static Bundle Open(const std::string& path);
   // True when the file starts with the bundle magic (for format detection).
   static bool LooksLikeBundle(const std::string& path);
 
   const std::string& path() const { return path_; }
+  // The whole file, calibration trailer included.
   uint64_t file_size() const { return file_size_; }
+  // The bundle's own bytes (sparrow.file_bytes): where a trailer starts.
+  uint64_t bundle_bytes() const { return bundle_bytes_; }
+  // The header CRC32C stored in (and checked against) the fixed header.
+  uint32_t header_crc() const { return header_crc_; }
+  // The trailer's calibration; nullopt when the file ends with the bundle.
+  const std::optional<Calibration>& calibration() const { return calibration_; }
   // Metadata: the model's keys, its tokenizer, and sparrow.*.
   const gguf::GgufFile& header() const { return *header_; }
   Layout layout() const { return layout_; }
@@ -183,6 +195,9 @@ class Bundle {
   Bundle() = default;
   std::string path_;
   uint64_t file_size_ = 0;
+  uint64_t bundle_bytes_ = 0;
+  uint32_t header_crc_ = 0;
+  std::optional<Calibration> calibration_;
   std::shared_ptr<gguf::GgufFile> header_;
   Layout layout_ = Layout::kNeuron;
   TensorType record_type_ = TensorType::kF32;

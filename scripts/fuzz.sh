@@ -1,16 +1,17 @@
 #!/bin/bash
 # Builds the libFuzzer targets with clang + ASan + UBSan in build-fuzz/ and
-# runs each for N seconds (default 60): the GGUF reader fuzzer and the trace
-# reader fuzzer (sparrow simulate) always, the tokenizer fuzzer once its
-# source is written. Exits non-zero if a fuzzer
-# finds a crash, leak, timeout or sanitizer report; the reproducer is left in
-# build-fuzz/artifacts/.
+# runs each for N seconds (default 60): the GGUF reader fuzzer, the trace
+# reader fuzzer (sparrow simulate) and the calibration trailer fuzzer
+# (sparrow calibrate) always, the tokenizer fuzzer once its source is
+# written. Exits non-zero if a fuzzer finds a crash, leak, timeout or
+# sanitizer report; the reproducer is left in build-fuzz/artifacts/.
 #
 #   scripts/fuzz.sh [SECONDS]
 #
 # Seeds: small valid GGUF files derived from $SPARROW_SHARED_DIR/models/*.gguf
-# (default ../shared next to the repository) and text snippets from
-# $SPARROW_SHARED_DIR/corpora. Corpora grow in build-fuzz/corpus/ across runs.
+# (default ../shared next to the repository), text snippets from
+# $SPARROW_SHARED_DIR/corpora, and small valid traces and calibration
+# trailers written here. Corpora grow in build-fuzz/corpus/ across runs.
 set -euo pipefail
 
 SECONDS_PER_FUZZER="${1:-60}"
@@ -60,12 +61,13 @@ if ! head -n 1 "$ROOT/tests/fuzz/tokenizer_fuzzer.cc" | grep -q "Placeholder"; t
 else
   log "tests/fuzz/tokenizer_fuzzer.cc is still a placeholder: skipping it"
 fi
-TARGETS+=(tests/fuzz/trace_fuzzer)
+TARGETS+=(tests/fuzz/trace_fuzzer tests/fuzz/calibration_fuzzer)
 ninja -C "$BUILD" "${TARGETS[@]}"
 
 SEEDS="$BUILD/seeds"
-mkdir -p "$SEEDS/gguf" "$SEEDS/tokenizer" "$SEEDS/trace" "$BUILD/corpus/gguf" \
-         "$BUILD/corpus/tokenizer" "$BUILD/corpus/trace" "$BUILD/artifacts"
+mkdir -p "$SEEDS/gguf" "$SEEDS/tokenizer" "$SEEDS/trace" "$SEEDS/calibration" \
+         "$BUILD/corpus/gguf" "$BUILD/corpus/tokenizer" "$BUILD/corpus/trace" \
+         "$BUILD/corpus/calibration" "$BUILD/artifacts"
 
 # Seeds for the GGUF fuzzer: each fixture shrunk to a few KiB (arrays cut to
 # 64 entries, tensors cut to one or two small rows) but still valid, plus a
@@ -210,6 +212,38 @@ for name, doc in seeds.items():
         json.dump(doc, f, indent=1)
 PY
 
+# Seeds for the calibration fuzzer: valid trailers (formats/calibration.h)
+# for the header CRC the fuzzer assumes, one entry and several.
+python3 - "$SEEDS/calibration" <<'PY'
+import os, struct, sys
+out_dir = sys.argv[1]
+HEADER_CRC = 0x12345678  # kFuzzHeaderCrc in tests/fuzz/calibration_fuzzer.cc
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+def trailer(entries):
+    body = struct.pack('<II', HEADER_CRC, len(entries))
+    for density, f_in, ppl, default_ppl, policy, ctx, chunks, tokens, name in entries:
+        body += struct.pack('<ddddIIIQI', density, f_in, ppl, default_ppl, policy, ctx, chunks,
+                            tokens, len(name)) + name
+    t = b'SPRWCALB' + struct.pack('<II', 1, len(body)) + body
+    t += struct.pack('<I', crc32c(t))
+    return t + b'\0' * (-len(t) % 4096)
+seeds = {
+    "one": [(0.5, 0.5556, 4.8, 5.66, 0, 64, 2, 24000, b'ppl.txt')],
+    "three": [(0.3, 0.25, 9.1, 9.9, 0, 256, 8, 3000, b'tinystories.txt'),
+              (0.5, 0.45, 6.2, 6.4, 1, 256, 8, 3000, b'tinystories.txt'),
+              (0.9, 1.0, 5.1, 5.2, 0, 512, 1, 512, b'')],
+}
+for name, entries in seeds.items():
+    with open(os.path.join(out_dir, name + ".bin"), "wb") as f:
+        f.write(trailer(entries))
+PY
+
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 
@@ -232,6 +266,9 @@ if [[ " ${TARGETS[*]} " == *" tests/fuzz/tokenizer_fuzzer "* ]]; then
 fi
 names+=(trace_fuzzer)
 run trace_fuzzer 65536 &
+pids+=($!)
+names+=(calibration_fuzzer)
+run calibration_fuzzer 16384 &
 pids+=($!)
 log "running ${names[*]} for ${SECONDS_PER_FUZZER}s each, in parallel"
 status=0

@@ -67,8 +67,11 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   std::unique_ptr<Tokenizer> tokenizer = Tokenizer::Create(tokenizer_data);
   out.model = std::make_unique<Model>(std::move(config), std::move(tokenizer), std::move(weights),
                                       storage);
+  // dip/dip-ca without an explicit split use the one calibrated for this
+  // bundle (sparrow calibrate), when it covers the density.
+  const SparsityOptions sparsity = WithCalibratedSplit(options.sparsity, bndl->calibration());
   auto ffn = std::make_unique<StreamedFeedForward>(*bndl, out.model->config(), options.stream,
-                                                   out.max_batch, budget, options.sparsity);
+                                                   out.max_batch, budget, sparsity);
   // Weights a token reads outside the FFN: the resident section less the
   // embedding table (one row per token) unless the output head shares it.
   StreamStats::TraceHeader& trace = ffn->stats().trace_header();

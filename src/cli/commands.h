@@ -13,5 +13,6 @@ int ConvertCommand(int argc, char** argv);
 int ProbeIoCommand(int argc, char** argv);
 int SimulateCommand(int argc, char** argv);
 int TradeoffCommand(int argc, char** argv);
+int CalibrateCommand(int argc, char** argv);
 
 }  // namespace sparrow::cli

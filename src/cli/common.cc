@@ -50,17 +50,23 @@ void AddModelOptions(cxxopts::Options& options) {
        cxxopts::value<uint32_t>()->default_value("4"))
       ("cache", "Unit cache eviction: window, lru or lfu", cxxopts::value<std::string>()->default_value("window"))
       ("io", "Loader: pread, direct (O_DIRECT), mmap or uring", cxxopts::value<std::string>()->default_value("pread"))
-      ("io-threads", "Parallel reads in flight", cxxopts::value<int>()->default_value("16"));
+      ("io-threads", "Parallel reads in flight", cxxopts::value<int>()->default_value("16"))
+      ("read-gap", "Read the gap between two missing records as part of one read when it is at "
+       "most this many bytes (e.g. 32K; Ripple's access collapse): fewer, larger reads for "
+       "scattered units", cxxopts::value<std::string>()->default_value("0"));
   options.add_options("sparsity")
       ("sparsity", "Which FFN units each token uses (bundles): dense; dip, dip-ca, glu (dip "
        "layout); up, gate (split layout)", cxxopts::value<std::string>()->default_value("dense"))
       ("mlp-density", "Fraction of the FFN weight bytes a token uses, in (0, 1]",
        cxxopts::value<std::string>()->default_value("1"))
       ("gamma", "dip-ca: weight of units not in the cache when ranking (Eq. 10 of the DIP paper)",
-       cxxopts::value<std::string>()->default_value("0.2"));
+       cxxopts::value<std::string>()->default_value("0.2"))
+      ("input-fraction", "dip, dip-ca: fraction of input columns (up/gate) a token keeps; the "
+       "down columns get the rest of the density (default: the bundle's calibration from "
+       "`sparrow calibrate`, else equal to the density)", cxxopts::value<std::string>());
 }
 
-EngineOptions ParseModelOptions(const cxxopts::ParseResult& args, const std::string& model_path) {
+EngineOptions ParseStreamOptions(const cxxopts::ParseResult& args, const std::string& model_path) {
   EngineOptions o;
   if (args.count("dram-budget")) {
     struct stat st {};
@@ -71,6 +77,17 @@ EngineOptions ParseModelOptions(const cxxopts::ParseResult& args, const std::str
   if (o.stream.window_tokens == 0) ThrowInputError("--window must be at least 1");
   o.stream.eviction = ParseEvictionKind(args["cache"].as<std::string>());
   o.stream.io = ParseIoMode(args["io"].as<std::string>());
+  o.stream.io_threads = args["io-threads"].as<int>();
+  if (o.stream.io_threads < 1 || o.stream.io_threads > 256) {
+    ThrowInputError("--io-threads must be between 1 and 256");
+  }
+  const std::string gap = args["read-gap"].as<std::string>();
+  o.stream.max_gap_bytes = gap == "0" ? 0 : ParseByteSize(gap, 0, "--read-gap");
+  return o;
+}
+
+EngineOptions ParseModelOptions(const cxxopts::ParseResult& args, const std::string& model_path) {
+  EngineOptions o = ParseStreamOptions(args, model_path);
   o.sparsity.kind = ParseSparsityKind(args["sparsity"].as<std::string>());
   o.sparsity.density = RealOption(args, "mlp-density");
   o.sparsity.gamma = RealOption(args, "gamma");
@@ -78,9 +95,13 @@ EngineOptions ParseModelOptions(const cxxopts::ParseResult& args, const std::str
       o.sparsity.density != 1.0) {
     ThrowInputError("--mlp-density needs --sparsity (", PolicyNames(), ")");
   }
-  o.stream.io_threads = args["io-threads"].as<int>();
-  if (o.stream.io_threads < 1 || o.stream.io_threads > 256) {
-    ThrowInputError("--io-threads must be between 1 and 256");
+  if (args.count("input-fraction")) {
+    if (!HasInputSplit(o.sparsity.kind)) {
+      ThrowInputError("--input-fraction needs --sparsity dip or dip-ca");
+    }
+    o.sparsity.input_fraction = RealOption(args, "input-fraction");
+    o.sparsity.split_source = SplitSource::kExplicit;
+    // The range and the density it must reach are checked with the layout.
   }
   return o;
 }
@@ -105,6 +126,9 @@ void ReportStats(const cxxopts::ParseResult& args, const LoadedModel& model) {
                  FormatBytes(ffn.cache_bytes()).c_str(), 100.0 * ffn.cache_fraction(),
                  EvictionKindName(ffn.stream_config().eviction), ffn.policy().name().c_str(),
                  sparsity.density);
+    if (HasInputSplit(sparsity.kind)) {
+      std::fprintf(stderr, ", %s", DescribeSplit(sparsity).c_str());
+    }
     if (sparsity.kind == SparsityKind::kDipCa) std::fprintf(stderr, ", gamma %g", sparsity.gamma);
     std::fprintf(stderr, "\n");
     model.streamed->stats().PrintSummary(stderr);

@@ -17,11 +17,15 @@ void AddEngineOptions(cxxopts::Options& options);
 // Applies -t and --kernels; InputError for bad values.
 void ApplyEngineOptions(const cxxopts::ParseResult& args);
 
-// Options for opening a model: --dram-budget and the streaming knobs that
-// matter for bundles (--window, --cache, --io, --io-threads).
+// Options for opening a model: --dram-budget, the streaming knobs that
+// matter for bundles (--window, --cache, --io, --io-threads) and the
+// sparsity flags (--sparsity, --mlp-density, --gamma, --input-fraction).
 void AddModelOptions(cxxopts::Options& options);
 // Reads them into EngineOptions (n_ctx etc. are left for the caller).
 EngineOptions ParseModelOptions(const cxxopts::ParseResult& args, const std::string& model_path);
+// Only the memory and streaming ones, for a command that reads the sparsity
+// flags its own way (calibrate: a list of densities).
+EngineOptions ParseStreamOptions(const cxxopts::ParseResult& args, const std::string& model_path);
 // --stats / --stats-json for commands that run a model.
 void AddStatsOptions(cxxopts::Options& options);
 // Prints the stream summary (--stats) and writes the per-token JSON

@@ -14,6 +14,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 #include "src/model/config.h"
+#include "src/runtime/unit_policy.h"
 #include "src/threads.h"
 
 namespace sparrow::cli {
@@ -46,6 +47,32 @@ std::string ValueSummary(const gguf::Value& v) {
   return "?";
 }
 
+// The calibrated splits (sparrow calibrate), each as a run at its density
+// uses it: through WithCalibratedSplit, as the engine does.
+void PrintCalibration(const std::optional<bundle::Calibration>& calibration) {
+  if (!calibration) {
+    std::printf("calibration: none\n");
+    return;
+  }
+  const std::vector<bundle::CalibrationEntry>& entries = calibration->entries;
+  std::printf("calibration: dip and dip-ca use it at --mlp-density %g", entries.front().density);
+  if (entries.size() > 1) {
+    std::printf(" to %g (interpolated between these)", entries.back().density);
+  }
+  std::printf(" unless --input-fraction is given\n");
+  for (const bundle::CalibrationEntry& e : entries) {
+    SparsityOptions run;
+    run.kind = SparsityKind::kDip;
+    run.density = e.density;
+    run = WithCalibratedSplit(run, calibration);
+    std::printf("  density %g: %s, perplexity %.4f (default split %.4f); measured with %s on "
+                "'%s', %u chunks of %u tokens\n",
+                e.density, DescribeSplit(run).c_str(), e.perplexity, e.default_perplexity,
+                std::string(bundle::CalibrationPolicyName(e.policy)).c_str(), e.text_name.c_str(),
+                e.chunks, e.ctx);
+  }
+}
+
 // A bundle's layout, record geometry and sections.
 void PrintBundle(const bundle::Bundle& b, bool verify) {
   std::printf("file: %s (Sparrow bundle v%u, %s)\n", b.path().c_str(), bundle::kVersion,
@@ -66,6 +93,11 @@ void PrintBundle(const bundle::Bundle& b, bool verify) {
                 g.record_bytes, g.parts, g.part_padded_elems,
                 std::string(TensorTypeName(b.record_type())).c_str());
   }
+  if (b.calibration()) {
+    std::printf("  %-22s offset %12" PRIu64 "  %12s\n", "calibration section", b.bundle_bytes(),
+                FormatBytes(b.file_size() - b.bundle_bytes()).c_str());
+  }
+  PrintCalibration(b.calibration());
   if (verify) {
     ProgressBar bar("verify");
     b.VerifyAll([&](uint64_t done, uint64_t total) { bar.Update(done, total); });

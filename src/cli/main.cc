@@ -39,6 +39,8 @@ constexpr CommandEntry kCommands[] = {
      "predict decode tok/s on a device profile from a --stats-json trace"},
     {"tradeoff", sparrow::cli::TradeoffCommand,
      "perplexity vs speed for each sparsity policy and density (CSV, SVG)"},
+    {"calibrate", sparrow::cli::CalibrateCommand,
+     "find and store the input/down split of dip's density with the lowest perplexity"},
 };
 
 void PrintUsage(std::FILE* out) {

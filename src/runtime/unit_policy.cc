@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "base/error.h"
@@ -79,13 +80,47 @@ void CheckSparsity(const SparsityOptions& o, Layout layout) {
     ThrowInputError("--gamma must be in [0, 1], not ", o.gamma);
   }
   if (o.input_fraction) {
+    if (!HasInputSplit(o.kind)) {
+      ThrowInputError("--input-fraction applies to --sparsity dip and dip-ca, not ", info.name);
+    }
     const double f_in = *o.input_fraction;
     const double f_out = 3.0 * o.density - 2.0 * f_in;
-    if (!(f_in > 0.0 && f_in <= 1.0) || f_out <= 0.0 || f_out > 1.0 + kDensitySlack) {
-      ThrowInputError("input fraction ", f_in, " cannot make --mlp-density ", o.density,
-                      " (the down columns would need a fraction of ", f_out, ")");
+    if (!(f_in > 0.0 && f_in <= 1.0)) {
+      ThrowInputError("--input-fraction must be in (0, 1], not ", f_in);
+    }
+    if (f_out <= 0.0 || f_out > 1.0 + kDensitySlack) {
+      ThrowInputError("--input-fraction ", f_in, " cannot make --mlp-density ", o.density,
+                      " (the down columns would need a fraction of ", f_out,
+                      "; it must be between ", std::max(0.0, (3.0 * o.density - 1.0) / 2.0),
+                      " and ", std::min(1.0, 1.5 * o.density), ")");
     }
   }
+}
+
+bool HasInputSplit(SparsityKind kind) {
+  return kind == SparsityKind::kDip || kind == SparsityKind::kDipCa;
+}
+
+SparsityOptions WithCalibratedSplit(SparsityOptions o,
+                                    const std::optional<bundle::Calibration>& calibration) {
+  if (!HasInputSplit(o.kind) || o.input_fraction || !calibration) return o;
+  if (const std::optional<double> f_in = calibration->InputFractionFor(o.density)) {
+    o.input_fraction = *f_in;
+    o.split_source = SplitSource::kCalibrated;
+  }
+  return o;
+}
+
+std::string DescribeSplit(const SparsityOptions& o) {
+  if (!HasInputSplit(o.kind)) return "";
+  const double f_in = o.input_fraction.value_or(o.density);
+  const double f_out = std::clamp(3.0 * o.density - 2.0 * f_in, 0.0, 1.0);
+  const char* source = o.split_source == SplitSource::kCalibrated ? "calibrated"
+                       : o.split_source == SplitSource::kExplicit ? "explicit"
+                                                                  : "default";
+  char text[96];
+  std::snprintf(text, sizeof(text), "input %.4g / down %.4g (%s)", f_in, f_out, source);
+  return text;
 }
 
 UnitPolicy::UnitPolicy(const SparsityOptions& options, Layout layout) : options_(options) {

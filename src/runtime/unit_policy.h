@@ -17,7 +17,8 @@
 // dip layout the input records hold 2/3 of the FFN (up and gate) and the
 // down columns 1/3, so D = (2 f_in + f_out) / 3 with f the fraction of each
 // group's units kept per token. By default f_in = f_out = D for dip and
-// dip-ca (the calibrated split, when the bundle has one, replaces it);
+// dip-ca; the bundle's calibration, when it has one, replaces that (see
+// WithCalibratedSplit), and --input-fraction replaces both;
 // glu keeps f_in = 1, so it needs D >= 2/3; up and gate read one matrix
 // whole, so they need D >= 1/3.
 //
@@ -42,6 +43,13 @@ class UnitCache;
 
 enum class SparsityKind { kDense, kDip, kDipCa, kGlu, kUp, kGate };
 
+// Where dip/dip-ca's split of the density comes from.
+enum class SplitSource {
+  kDefault,     // f_in = f_out = density
+  kCalibrated,  // the bundle's calibration (formats/calibration.h)
+  kExplicit,    // --input-fraction
+};
+
 struct SparsityOptions {
   SparsityKind kind = SparsityKind::kDense;
   double density = 1.0;  // --mlp-density, in (0, 1]
@@ -49,7 +57,22 @@ struct SparsityOptions {
   // dip/dip-ca: the fraction of input columns a token keeps (the rest of the
   // density goes to down columns); unset: equal to the density.
   std::optional<double> input_fraction;
+  SplitSource split_source = SplitSource::kDefault;  // of input_fraction
 };
+
+// True for the policies whose density is split between input and down
+// columns: dip and dip-ca.
+bool HasInputSplit(SparsityKind kind);
+// `options` with the calibrated split for its density when the policy has a
+// split, none was given (input_fraction unset) and `calibration` covers the
+// density (Calibration::InputFractionFor); otherwise `options` unchanged.
+// The engine applies it when it opens a bundle; `sparrow info` shows its
+// result.
+SparsityOptions WithCalibratedSplit(SparsityOptions options,
+                                    const std::optional<bundle::Calibration>& calibration);
+// "input 0.42 / down 0.66 (calibrated)": the fractions a dip/dip-ca token
+// keeps and where they come from; "" for other policies.
+std::string DescribeSplit(const SparsityOptions& options);
 
 // One row per policy: its name, the layout it needs (nullopt: any) and what
 // it does, for --help and error messages.

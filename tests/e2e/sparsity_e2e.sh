@@ -94,6 +94,23 @@ else
   fail "budget $budget: dip-ca hit rate '$ca_hits' not above dip '$dip_hits'"
 fi
 
+# 5. --read-gap: reading the gaps between scattered missing records makes
+#    fewer, larger reads and changes nothing else (the gap bytes are dropped).
+gap_run() {
+  "$SPARROW" run -m "$WORK/syn.sparrow" -p "Once upon a time" -n 24 --temp 0 --dram-budget "$budget" \
+    --cache lfu --sparsity dip --mlp-density 0.5 --read-gap "$1" --stats 2>"$WORK/gap-$1.err"
+}
+text0=$(gap_run 0)
+text64=$(gap_run 64K)
+calls() { sed -n 's/^  read calls *\([0-9]*\) .*/\1/p' "$WORK/gap-$1.err"; }
+if [ -n "$text0" ] && [ "$text0" = "$text64" ] && [ -n "$(calls 0)" ] && [ -n "$(calls 64K)" ] \
+   && [ "$(calls 64K)" -lt "$(calls 0)" ]; then
+  pass "--read-gap 64K: same text, $(calls 64K) read calls instead of $(calls 0)"
+else
+  fail "--read-gap 64K: text or read calls ($(calls 64K) vs $(calls 0)) not as expected"
+fi
+expect_input_error "--read-gap nonsense" "$SPARROW" run -m "$WORK/syn.sparrow" -p hi --read-gap lots
+
 # 5. The trace: valid JSON with per-group entries that add up.
 "$SPARROW" run -m "$WORK/s-dip.sparrow" -p "Once upon a time" -n 8 --temp 0 --sparsity dip-ca \
   --mlp-density 0.5 --stats-json "$WORK/trace.json" >/dev/null 2>&1
@@ -125,6 +142,85 @@ expect_input_error "density 1.5" "$SPARROW" run -m "$WORK/s-dip.sparrow" -p hi -
 expect_input_error "density without a policy" "$SPARROW" run -m "$WORK/s-dip.sparrow" -p hi --mlp-density 0.5
 expect_input_error "gamma 2" "$SPARROW" run -m "$WORK/s-dip.sparrow" -p hi --sparsity dip-ca --gamma 2
 expect_input_error "unknown policy" "$SPARROW" perplexity -m "$WORK/s-dip.sparrow" -f "$WORK/ppl.txt" --sparsity topk
+
+# 7. Calibration: `calibrate` stores the best split of a density between input
+#    and down columns in the bundle (a trailer after its own bytes); `info`
+#    shows it; runs use it unless --input-fraction is given; a damaged one is
+#    refused; a directory it cannot write leaves the bundle as it was.
+bundle_bytes=$(stat -c %s "$WORK/s-dip.sparrow")
+cp "$WORK/s-dip.sparrow" "$WORK/cal.sparrow"
+cal_args=(-f "$WORK/ppl.txt" -c 64 --chunks 2)
+if "$SPARROW" calibrate -m "$WORK/cal.sparrow" "${cal_args[@]}" --mlp-density 0.5 \
+     >"$WORK/cal.md" 2>"$WORK/cal.err" && grep -q '^| 0.5 | 0.5 |' "$WORK/cal.md" \
+     && [ "$(grep -c '^calibrate \[' "$WORK/cal.err")" -ge 8 ] \
+     && cmp -s -n "$bundle_bytes" "$WORK/cal.sparrow" "$WORK/s-dip.sparrow"; then
+  pass "calibrate: $(grep '^| 0.5' "$WORK/cal.md"), the bundle's own bytes unchanged"
+else
+  fail "calibrate: $(tail -n 2 "$WORK/cal.err") $(cat "$WORK/cal.md")"
+fi
+f_in=$("$SPARROW" info -m "$WORK/cal.sparrow" 2>/dev/null \
+       | sed -n 's/^  density 0.5: input \([0-9.]*\) \/ down [0-9.]* (calibrated).*/\1/p')
+[ -n "$f_in" ] && pass "info: density 0.5 calibrated to input $f_in" \
+  || fail "info shows no calibration for density 0.5"
+"$SPARROW" info -m "$WORK/s-dip.sparrow" 2>/dev/null | grep -q '^calibration: none$' \
+  && pass "info: an uncalibrated bundle says 'calibration: none'" || fail "info: no 'calibration: none'"
+stats=$("$SPARROW" perplexity -m "$WORK/cal.sparrow" "${cal_args[@]}" --sparsity dip --mlp-density 0.5 \
+        --stats 2>&1 >/dev/null | grep 'sparsity dip at density 0.5')
+if [ -n "$f_in" ] && echo "$stats" | grep -q "input $f_in / down [0-9.]* (calibrated)"; then
+  pass "--stats: the calibrated split (${stats##*; })"
+else
+  fail "--stats does not report the calibrated split: '$stats'"
+fi
+cal_ppl=$("$SPARROW" perplexity -m "$WORK/cal.sparrow" "${cal_args[@]}" --sparsity dip --mlp-density 0.5 \
+          2>/dev/null | ppl_of)
+explicit_ppl=$("$SPARROW" perplexity -m "$WORK/cal.sparrow" "${cal_args[@]}" --sparsity dip \
+               --mlp-density 0.5 --input-fraction "$f_in" 2>/dev/null | ppl_of)
+default_ppl=$("$SPARROW" perplexity -m "$WORK/s-dip.sparrow" "${cal_args[@]}" --sparsity dip \
+              --mlp-density 0.5 2>/dev/null | ppl_of)
+if [ -n "$cal_ppl" ] && [ "$cal_ppl" = "$explicit_ppl" ] && grep -q "| $cal_ppl | [+-]" "$WORK/cal.md" \
+   && grep -q "^| 0.5 | 0.5 | $default_ppl |" "$WORK/cal.md"; then
+  pass "perplexity $cal_ppl with the calibrated default = with --input-fraction $f_in = calibrate's table (default split $default_ppl)"
+else
+  fail "calibrated '$cal_ppl', explicit '$explicit_ppl', default '$default_ppl', table: $(grep '^| 0.5' "$WORK/cal.md")"
+fi
+cp "$WORK/cal.sparrow" "$WORK/cal-bad.sparrow"
+python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(int(sys.argv[2])); b = f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 1]))' \
+  "$WORK/cal-bad.sparrow" $((bundle_bytes + 40))
+expect_input_error "perplexity with a damaged calibration" "$SPARROW" perplexity -m "$WORK/cal-bad.sparrow" \
+  "${cal_args[@]}" --sparsity dip --mlp-density 0.5
+expect_input_error "info with a damaged calibration" "$SPARROW" info -m "$WORK/cal-bad.sparrow"
+expect_input_error "calibrate on a split bundle" "$SPARROW" calibrate -m "$WORK/s-split.sparrow" \
+  "${cal_args[@]}" --mlp-density 0.5
+expect_input_error "calibrate at density 1" "$SPARROW" calibrate -m "$WORK/cal.sparrow" "${cal_args[@]}" --mlp-density 1
+expect_input_error "an infeasible --input-fraction" "$SPARROW" run -m "$WORK/cal.sparrow" -p hi \
+  --sparsity dip --mlp-density 0.3 --input-fraction 0.9
+expect_input_error "--input-fraction without dip" "$SPARROW" run -m "$WORK/cal.sparrow" -p hi \
+  --sparsity glu --mlp-density 0.8 --input-fraction 0.9
+
+# A read-only directory (root ignores permissions: then as nobody, when
+# setpriv can switch to it and nobody can reach the files).
+mkdir "$WORK/ro"
+cp "$WORK/s-dip.sparrow" "$WORK/ro/b.sparrow"
+chmod 666 "$WORK/ro/b.sparrow"
+chmod 555 "$WORK/ro"
+as_user=()
+if [ "$(id -u)" = 0 ]; then
+  chmod 755 "$WORK"
+  as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+  "${as_user[@]}" "$SPARROW" info -m "$WORK/ro/b.sparrow" >/dev/null 2>&1 || as_user=(skip)
+fi
+if [ "${as_user[0]:-}" = skip ]; then
+  echo "SKIP: calibrate in a read-only directory (running as root without a way to drop privileges)"
+else
+  expect_input_error "calibrate in a read-only directory" "${as_user[@]}" "$SPARROW" calibrate \
+    -m "$WORK/ro/b.sparrow" "${cal_args[@]}" --mlp-density 0.5
+  if cmp -s "$WORK/ro/b.sparrow" "$WORK/s-dip.sparrow" && [ "$(ls "$WORK/ro")" = b.sparrow ]; then
+    pass "read-only directory: the bundle is byte-identical, no temporary file"
+  else
+    fail "read-only directory: the bundle changed or a file was left: $(ls "$WORK/ro")"
+  fi
+fi
+chmod 755 "$WORK/ro"
 
 echo "sparsity e2e: $failures failure(s)"
 [ $failures -eq 0 ]
