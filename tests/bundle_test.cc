@@ -32,6 +32,7 @@
 #include "src/convert.h"
 #include "src/model/config.h"
 #include "src/synth.h"
+#include "tests/error_test_util.h"
 
 namespace sparrow {
 namespace {
@@ -90,21 +91,8 @@ void WriteAll(const std::string& path, const std::vector<uint8_t>& bytes) {
   REQUIRE(out.good());
 }
 
-// The InputError message `f` throws; fails the test if it throws nothing.
-template <typename F>
-std::string ErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
-
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::Contains;
+using testing::ErrorOf;
 
 // ---- An independent view of what records must hold ----------------------
 

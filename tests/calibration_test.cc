@@ -23,6 +23,7 @@
 #include "formats/calibration.h"
 #include "src/convert.h"
 #include "src/runtime/unit_policy.h"
+#include "tests/error_test_util.h"
 #include "tests/gguf_test_util.h"
 
 namespace sparrow {
@@ -89,20 +90,8 @@ Calibration Parse(const Bytes& t, uint32_t header_crc = kHeaderCrc) {
   return bundle::ParseCalibration(t.data(), t.size(), header_crc, "cal.sparrow");
 }
 
-template <typename F>
-std::string ErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
-
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::Contains;
+using testing::ErrorOf;
 
 // The message is one line that names the file and says `what`.
 void CheckRefused(const Bytes& t, const std::string& what, uint32_t header_crc = kHeaderCrc) {
