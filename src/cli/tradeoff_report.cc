@@ -109,12 +109,12 @@ std::string SeriesName(const TradeoffPoint& p) {
 constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                    "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
+// Both plots show perplexity (log scale when it spans more than 3×)
+// against one of a point's figures.
 struct PlotSpec {
   std::string title;
   std::string x_label;
-  std::string y_label;
   std::function<double(const TradeoffPoint&)> x;
-  std::function<double(const TradeoffPoint&)> y;
   bool x_log = false;
 };
 
@@ -132,7 +132,7 @@ std::string ScatterSvg(const std::vector<TradeoffPoint>& points, const PlotSpec&
     const std::string name = SeriesName(p);
     if (!series.count(name)) order.push_back(name);
     std::vector<std::array<double, 3>>& s = series[name];
-    const double x = spec.x(p), y = spec.y(p);
+    const double x = spec.x(p), y = p.ppl;
     if (!p.reachable || !std::isfinite(x) || !std::isfinite(y) || y <= 0) continue;
     if (spec.x_log && x <= 0) continue;
     s.push_back({p.density, x, y});
@@ -181,7 +181,7 @@ std::string ScatterSvg(const std::vector<TradeoffPoint>& points, const PlotSpec&
   add("<text x=\"" + Number((ax.p0 + ax.p1) / 2) + "\" y=\"" + Number(kHeight - 18) +
       "\" text-anchor=\"middle\">" + XmlEscaped(spec.x_label) + "</text>");
   add("<text transform=\"translate(20," + Number((ay.p0 + ay.p1) / 2) +
-      ") rotate(-90)\" text-anchor=\"middle\">" + XmlEscaped(spec.y_label + (ay.log ? " (log scale)" : "")) +
+      ") rotate(-90)\" text-anchor=\"middle\">" + XmlEscaped(std::string("perplexity") + (ay.log ? " (log scale)" : "")) +
       "</text>");
 
   // Series: a line through the points in order of x, a dot at each, and a
@@ -227,33 +227,27 @@ std::string TradeoffCsv(const std::vector<TradeoffPoint>& points) {
   for (const TradeoffPoint& p : points) {
     csv += p.policy + "," + Number(p.density) + "," + Number(p.gamma) + "," +
            (p.reachable ? "1" : "0") + "," + Number(p.ppl) + "," + Number(p.ppl_stderr) + "," +
-           Number(p.needed_bytes_per_token, "%.0f") + "," + Number(p.flash_bytes_per_token, "%.0f") + "," + Number(p.hit_rate) + "," +
+           Number(p.needed_bytes_per_token, "%.0f") + "," +
+           Number(p.flash_bytes_per_token, "%.0f") + "," + Number(p.hit_rate) + "," +
            Number(p.tokens_per_second) + "," + Number(p.topk_overlap) + "," +
-           std::to_string(p.dram_budget) + "," + Number(p.cache_fraction) + "," + (p.note.empty() ? "" : CsvQuoted(p.note)) + "\n";
+           std::to_string(p.dram_budget) + "," + Number(p.cache_fraction) + "," +
+           (p.note.empty() ? "" : CsvQuoted(p.note)) + "\n";
   }
   return csv;
 }
 
 std::string PerplexityVsDensitySvg(const std::vector<TradeoffPoint>& points,
                                    const std::string& title) {
-  PlotSpec spec;
-  spec.title = "Perplexity against MLP density: " + title;
-  spec.x_label = "MLP density (fraction of FFN weight bytes per token)";
-  spec.y_label = "perplexity";
-  spec.x = [](const TradeoffPoint& p) { return p.density; };
-  spec.y = [](const TradeoffPoint& p) { return p.ppl; };
-  return ScatterSvg(points, spec);
+  return ScatterSvg(points, {"Perplexity against MLP density: " + title,
+                             "MLP density (fraction of FFN weight bytes per token)",
+                             [](const TradeoffPoint& p) { return p.density; }});
 }
 
 std::string PerplexityVsSpeedSvg(const std::vector<TradeoffPoint>& points,
                                  const std::string& title) {
-  PlotSpec spec;
-  spec.title = "Perplexity against decoding speed: " + title;
-  spec.x_label = "decoding speed (tokens/s)";
-  spec.y_label = "perplexity";
-  spec.x = [](const TradeoffPoint& p) { return p.tokens_per_second; };
-  spec.y = [](const TradeoffPoint& p) { return p.ppl; };
-  return ScatterSvg(points, spec);
+  return ScatterSvg(points, {"Perplexity against decoding speed: " + title,
+                             "decoding speed (tokens/s)",
+                             [](const TradeoffPoint& p) { return p.tokens_per_second; }});
 }
 
 }  // namespace sparrow::cli
