@@ -1,10 +1,7 @@
 #include "src/engine.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 
 #include "base/error.h"
 #include "formats/bundle.h"
@@ -46,7 +43,7 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   MemoryBudget& budget = *out.budget;
 
   // Everything fixed, then the least the streamed FFN can work with.
-  const uint64_t process = options.process_bytes.value_or(CurrentRssBytes());
+  const uint64_t process = ProcessFootprintBytes(ThreadCount(), options.stream.io_threads);
   const uint64_t metadata = MetadataBytes(bndl->header());
   const uint64_t resident = bndl->resident_bytes();
   const uint64_t session = Session::MemoryBytes(config, out.n_ctx, out.max_batch,
@@ -102,7 +99,7 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
   out.budget = std::make_shared<MemoryBudget>(options.dram_budget);
   if (!out.budget->unlimited()) {
     // A GGUF runs with every weight resident: the whole file must fit.
-    const uint64_t process = options.process_bytes.value_or(CurrentRssBytes());
+    const uint64_t process = ProcessFootprintBytes(ThreadCount(), 0);
     const uint64_t weights = out.model->weight_bytes();
     const uint64_t session = Session::MemoryBytes(c, out.n_ctx, out.max_batch,
                                                   options.logits_rows, ThreadCount()) +
@@ -122,12 +119,20 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
 
 }  // namespace
 
-uint64_t CurrentRssBytes() {
-  std::ifstream statm("/proc/self/statm");
-  uint64_t size = 0, resident = 0;
-  if (!(statm >> size >> resident)) return 0;
-  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+uint64_t ProcessFootprintBytes(size_t compute_threads, size_t io_threads) {
+  // Computed, not measured: the resident set size at open varies by a few
+  // hundred KiB from run to run (the kernel maps library pages around each
+  // fault when they are in the page cache), and charging it made the same
+  // command get different unit caches, hit rates and, under dip-ca,
+  // different text. Measured on x86-64 Debian (glibc, libstdc++, oneDNN,
+  // libgomp) at open: 4.8-5.1 MiB file-backed + 0.7-0.8 MiB anonymous.
+  constexpr uint64_t kCodeLibrariesAndHeap = 6ull << 20;
+  // Each thread's stack as far as Sparrow's calls go (8 MiB reserved,
+  // a few pages touched) plus the allocator's per-thread arena start.
+  constexpr uint64_t kPerThread = 64ull << 10;
+  return kCodeLibrariesAndHeap + kPerThread * (compute_threads + io_threads);
 }
+
 
 LoadedModel OpenModel(const std::string& path, const EngineOptions& options) {
   if (bundle::Bundle::LooksLikeBundle(path)) return OpenBundle(path, options);

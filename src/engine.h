@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "src/model/model.h"
@@ -23,11 +22,6 @@ struct EngineOptions {
   size_t logits_rows = 1;    // tokens whose logits are kept (perplexity: n_ctx)
   StreamConfig stream;       // streamed models only
   SparsityOptions sparsity;  // which FFN units each token uses (bundles only)
-  // The process's own footprint (code, libraries, stacks) charged to the
-  // budget; unset: the resident set size at open. A sweep that opens the
-  // model many times in one process pins it, so that heap the allocator
-  // kept from earlier points does not shrink the later points' caches.
-  std::optional<uint64_t> process_bytes;
 };
 
 struct LoadedModel {
@@ -43,7 +37,9 @@ struct LoadedModel {
 // cannot hold the model (with the minimum).
 LoadedModel OpenModel(const std::string& path, const EngineOptions& options);
 
-// Resident set size of this process now, in bytes.
-uint64_t CurrentRssBytes();
+// The process's own footprint (code, libraries, heap bookkeeping, thread
+// stacks) charged to --dram-budget before the model: a fixed estimate, so
+// that the same command with the same budget always gets the same caches.
+uint64_t ProcessFootprintBytes(size_t compute_threads, size_t io_threads);
 
 }  // namespace sparrow

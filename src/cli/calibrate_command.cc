@@ -252,11 +252,6 @@ int CalibrateCommand(int argc, char** argv) {
   base.sparsity.gamma = RealOption(args, "gamma");
   base.n_ctx = static_cast<size_t>(ctx);
   base.logits_rows = static_cast<size_t>(ctx);
-  // The model is opened once per measurement: the footprint charged to
-  // --dram-budget is measured once, so that every measurement gets the same
-  // caches (dip-ca's choices depend on them).
-  base.process_bytes = CurrentRssBytes();
-
   if (!bundle::Bundle::LooksLikeBundle(model_path)) {
     ThrowInputError(model_path, ": calibrate needs a bundle in the dip layout (sparrow convert "
                     "--layout dip)");

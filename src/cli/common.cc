@@ -131,6 +131,10 @@ void ReportStats(const cxxopts::ParseResult& args, const LoadedModel& model) {
     }
     if (sparsity.kind == SparsityKind::kDipCa) std::fprintf(stderr, ", gamma %g", sparsity.gamma);
     std::fprintf(stderr, "\n");
+    if (!model.budget->unlimited()) {
+      std::fprintf(stderr, "dram budget %s: %s\n", FormatBytes(model.budget->limit()).c_str(),
+                   model.budget->Breakdown().c_str());
+    }
     model.streamed->stats().PrintSummary(stderr);
   }
   if (args.count("stats-json")) model.streamed->stats().WriteJson(args["stats-json"].as<std::string>());

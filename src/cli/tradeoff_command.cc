@@ -177,9 +177,6 @@ int TradeoffCommand(int argc, char** argv) {
   }
 
   EngineOptions base = ParseModelOptions(args, models.front());
-  // One footprint for every point, so that each gets the same unit caches
-  // from the budget (see EngineOptions::process_bytes).
-  base.process_bytes = CurrentRssBytes();
   base.n_ctx = static_cast<size_t>(std::max(ctx, prompt_len + n_gen + 1));
   base.logits_rows = static_cast<size_t>(ctx);
   std::vector<TradeoffPoint> points;

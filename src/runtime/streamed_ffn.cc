@@ -127,9 +127,7 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
   group_index_.assign(static_cast<size_t>(config.n_layers) * kKinds, -1);
   for (const bundle::UnitGroup& g : bundle.groups()) {
     const uint32_t capacity = capacity_at(g, fraction);
-    budget.Charge(GroupBytes(g, stream.eviction, capacity),
-                  StrCat("unit cache (layer ", g.layer, " ", bundle::RecordKindName(g.kind), ")"),
-                  minimum_hint);
+    budget.Charge(GroupBytes(g, stream.eviction, capacity), "unit caches", minimum_hint);
     Group group;
     group.info = &g;
     group.cache = std::make_unique<UnitCache>(g.n_units, g.payload_bytes, capacity);

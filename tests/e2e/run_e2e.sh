@@ -167,6 +167,21 @@ for mode in pread direct mmap; do
     fail "synthetic bundle under a $budget budget with --io $mode: $(grep -E 'units evicted|error' "$WORK/budget.err" | head -n 1)"
   fi
 done
+# Deterministic budgets: the same command gets the same caches, loads the
+# same units and writes the same text every time, whatever the allocator and
+# the page cache do (the footprint charged is computed, not measured).
+"$SPARROW" convert -m "$WORK/budget.gguf" -o "$WORK/budget-dip.sparrow" --type f32 --layout dip 2>/dev/null
+runs=""
+for i in 1 2 3 4 5 6 7 8; do
+  out=$(MALLOC_PERTURB_=$((i * 31)) "$SPARROW" run -m "$WORK/budget-dip.sparrow" -p "Once upon a time" -n 24 \
+        --temp 0 --dram-budget "$budget" --cache lfu --sparsity dip-ca --mlp-density 0.5 --stats 2>&1)
+  runs+="$(printf '%s\n' "$out" | grep -E '^unit caches|^ +units loaded|^Once' | md5sum)"$'\n'
+done
+if [ "$(printf '%s' "$runs" | sort -u | wc -l)" = 1 ] && printf '%s\n' "$out" | grep -q '^dram budget .*unit caches'; then
+  pass "eight runs under $budget: identical cache sizes, units loaded and text"
+else
+  fail "eight runs under $budget: $(printf '%s' "$runs" | sort -u | wc -l) different outcomes"
+fi
 expect_input_error "budget too small" "$SPARROW" run -m "$WORK/stories-neuron.sparrow" -p hi --dram-budget 2M
 cp "$WORK/stories-neuron.sparrow" "$WORK/flipped.sparrow"
 # Flip a byte inside record 3 of layer 0 (offset of its section from `info`).

@@ -80,7 +80,7 @@ fi
 "$SPARROW" convert -m "$WORK/syn.gguf" -o "$WORK/syn.sparrow" --type f32 --layout dip 2>/dev/null
 min_kib=$("$SPARROW" run -m "$WORK/syn.sparrow" -p hi --dram-budget 1M 2>&1 \
           | sed -n 's/.*the minimum for this model is \([0-9.]*\) MiB.*/\1/p' | awk '{printf "%d", $1 * 1024}')
-budget="$((min_kib + 768))K"
+budget="$((min_kib + 400))K"
 hit_rate() {  # decode-token hit rate (last column of the summary row)
   "$SPARROW" run -m "$WORK/syn.sparrow" -p "Once upon a time" -n 48 --temp 0 --dram-budget "$budget" \
     --cache lfu --sparsity "$1" --mlp-density 0.5 --stats 2>&1 >/dev/null \
