@@ -79,8 +79,8 @@ echo "bundle: $bundle ($((bundle_bytes >> 20)) MiB); $tokens tokens after a $(wc
 [ -w /proc/sys/vm/drop_caches ] && echo "page cache dropped before each run" || echo "not root: page cache NOT dropped between runs"
 [ -n "${MEMCAP:-}" ] && echo "each run under $MEMCAP at budget + 5% (page cache included)"
 echo
-echo "| budget | --io | gen tok/s | peak RSS MiB | RSS / budget | read per decode token | hit rate | I/O | memory mgmt | compute | bundle in page cache |"
-echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| budget | --io | gen tok/s | peak RSS MiB | RSS / budget | read per decode token | hit rate | I/O wait | memory mgmt | compute | wall | reads alone | bundle in page cache |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 over=0
 failed=0
 for pct in $budgets; do
@@ -102,7 +102,8 @@ for pct in $budgets; do
     gen=$(sed -n 's/.*generation: \([0-9.]*\) tok\/s.*/\1/p' "$log")
     echo "| $pct% ($((budget_bytes >> 20)) MiB) | $io | $gen | $((rss_kib >> 10)) | $ratio |" \
          "$(stat_field "$log" "bytes read" 3) | $(stat_field "$log" "cache hit rate" 2) |" \
-         "$(stat_field "$log" "I/O" 3) | $(stat_field "$log" "memory mgmt" 3) | $(stat_field "$log" "compute" 3) |" \
+         "$(stat_field "$log" "I/O wait" 3) | $(stat_field "$log" "memory mgmt" 3) | $(stat_field "$log" "compute" 3) |" \
+         "$(stat_field "$log" "wall" 3) | $(stat_field "$log" "reads alone" 3) |" \
          "$(cached_pages_percent "$bundle")% |"
   done
 done

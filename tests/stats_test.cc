@@ -335,6 +335,32 @@ TEST_CASE("StreamStats: summary table") {
   CHECK(total.find("285.00 ms") != std::string::npos);  // 1.71 / 6
   CHECK(total.find("355.00 ms") != std::string::npos);  // 0.71 / 2
 
+  // The overlap rows: wall time (measured by the records themselves)
+  // against the loader's own time for the reads.
+  StreamStats overlap;
+  TokenStats piped = Record(1 << 20, 4, 10, 0, 10, 0, 0.05, 0.01, 0.02);
+  piped.read_seconds = 0.2;
+  piped.checksum_seconds = 0.01;
+  Push(overlap, piped, 3);
+  Push(overlap, piped);
+  Push(overlap, piped);
+  const std::string overlap_text = Summary(overlap);
+  MESSAGE(overlap_text);
+  CHECK(LineWith(overlap_text, "I/O wait").find("0.150") != std::string::npos);
+  CHECK_FALSE(LineStarting(overlap_text, "  wall ").empty());
+  CHECK(LineWith(overlap_text, "reads alone ").find("0.600") != std::string::npos);
+  CHECK(LineWith(overlap_text, "reads alone ").find("120.00 ms") != std::string::npos);  // / 5
+  CHECK(LineWith(overlap_text, "checksums").find("10.00 ms") != std::string::npos);  // decode
+  double decode_wall = 0;
+  for (const TokenStats& r : overlap.per_token()) {
+    if (r.tokens == 1) decode_wall += r.wall_seconds;
+  }
+  char ratio[64];
+  std::snprintf(ratio, sizeof(ratio), "wall / reads alone: %.2fx (decode tokens)", decode_wall / 0.4);
+  CHECK(overlap_text.find(ratio) != std::string::npos);
+  // No reads: no ratio.
+  CHECK(Summary(Sample()).find("wall / reads alone") == std::string::npos);
+
   // Only single tokens: no third column.
   StreamStats decode;
   Push(decode, Record(4096, 1, 10, 5, 5, 0, 0.001, 0.0, 0.001));
@@ -379,8 +405,8 @@ TEST_CASE("StreamStats: JSON parses back with every record") {
   const char* keys[] = {"record",         "tokens",          "bytes_read",     "read_calls",
                         "mean_read_bytes", "units_needed",   "units_hit",      "hit_rate",
                         "units_loaded",   "units_evicted",   "io_seconds",     "memory_seconds",
-                        "compute_seconds", "select_seconds", "wall_seconds",   "overlap_units",
-                        "overlap_kept",   "groups"};
+                        "compute_seconds", "select_seconds", "wall_seconds",   "read_seconds",
+                        "checksum_seconds", "overlap_units", "overlap_kept",  "groups"};
   for (size_t i = 0; i < 3; ++i) {
     CAPTURE(i);
     const Json& record = doc.items[i];

@@ -29,11 +29,16 @@ struct TokenStats {
   uint64_t units_hit = 0;
   uint64_t units_loaded = 0;
   uint64_t units_evicted = 0;
-  double io_seconds = 0;       // waiting for reads
-  double memory_seconds = 0;   // checksums, copies into the cache, bookkeeping
+  double io_seconds = 0;       // the compute thread waiting for reads
+  double memory_seconds = 0;   // copies into the cache, eviction, read planning
   double compute_seconds = 0;  // FFN kernels over cached rows
   double select_seconds = 0;   // the sparsity policy's ranking (top-K), apart from the three above
   double wall_seconds = 0;     // from the record's first layer to its last
+  // Off the compute thread (the read pipeline's): the loader's own time for
+  // the bytes read (what the device alone takes: the floor for the token's
+  // time), and the records' checksums.
+  double read_seconds = 0;
+  double checksum_seconds = 0;
   // Decode tokens of a pruning policy: units chosen, and how many of them
   // the previous token chose too (top-K overlap of consecutive tokens).
   uint64_t overlap_units = 0;
@@ -82,7 +87,9 @@ class StreamStats {
   TokenStats Total() const;
   // Totals and per-token means in a small table: bytes read, read calls,
   // mean read size, cache hit rate, units loaded/evicted, and seconds and
-  // share of I/O / memory management / compute. Means are per token covered
+  // share of I/O wait / memory management / compute on the compute thread,
+  // then the wall time beside the reads' own time (how close the run is to
+  // the device's limit) and the checksums. Means are per token covered
   // (a prompt batch of n counts n); when batches and single tokens are
   // mixed, a third column gives the means over single-token (decode)
   // records alone.

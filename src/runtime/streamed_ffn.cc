@@ -23,14 +23,20 @@ uint32_t MaxRecordBytes(const bundle::Bundle& b) {
   return m;
 }
 
-uint64_t StagingBytes(const bundle::Bundle& b, const StreamConfig& s) {
-  // Up to the configured size, but no more than 1/16 of the streamed
-  // weights (a small model needs little), and at least two of the largest
-  // records plus O_DIRECT alignment slack.
+// Staging of one of the two planners (a chunk is read into one while the
+// chunk before it, in the other, is copied and computed): half the
+// configured size, but no more than 1/32 of the streamed weights (a small
+// model needs little), and at least two of the largest records plus
+// O_DIRECT alignment slack.
+uint64_t PlannerStagingBytes(const bundle::Bundle& b, const StreamConfig& s) {
   uint64_t ffn = 0;
   for (const bundle::UnitGroup& g : b.groups()) ffn += g.section_bytes();
   const uint64_t floor = 2ull * MaxRecordBytes(b) + 3 * 4096;
-  return std::max<uint64_t>(floor, std::min<uint64_t>(s.staging_bytes, ffn / 16));
+  return std::max<uint64_t>(floor, std::min<uint64_t>(s.staging_bytes / 2, ffn / 32));
+}
+
+uint64_t StagingBytes(const bundle::Bundle& b, const StreamConfig& s) {
+  return 2 * PlannerStagingBytes(b, s);
 }
 
 // Rows, maps and the eviction policy's per-unit records of one group, and
@@ -93,9 +99,11 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
   plan.max_read_bytes = stream.max_read_bytes;
   plan.max_gap_bytes = stream.max_gap_bytes;
   plan.alignment = loader_->alignment();
-  const uint64_t staging = StagingBytes(bundle, stream);
-  budget.Charge(staging, "read staging", minimum_hint);
-  planner_ = std::make_unique<ReadPlanner>(staging, plan);
+  budget.Charge(StagingBytes(bundle, stream), "read staging", minimum_hint);
+  for (Chunk& chunk : chunks_) {
+    chunk.planner = std::make_unique<ReadPlanner>(PlannerStagingBytes(bundle, stream), plan);
+  }
+  pipeline_ = std::make_unique<ReadPipeline>(*loader_);
 
   const size_t act_width = ActivationWidth(bundle, config);
   budget.Charge(KernelScratchBytes(config, act_width, max_batch), "kernel scratch", minimum_hint);
@@ -244,19 +252,61 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
   std::sort(misses_.begin(), misses_.end(), [&](uint32_t a, uint32_t b) {
     return info.slot_of_unit[a] < info.slot_of_unit[b];
   });
+
+  // The misses go through the two chunks in turn: chunk k+1 is read (and
+  // its records verified) on the pipeline's thread while chunk k is copied
+  // into the cache and computed here. A chunk holds at most the cache's
+  // capacity, so it always fits once the units already used make room.
+  size_t next = 0;
+  int reading = 0;  // the chunk the pipeline is filling
+  // If anything below throws (a bad record, an I/O error), the read in
+  // flight must finish before its staging and ops can be reused or freed.
+  struct DrainOnUnwind {
+    ReadPipeline& pipeline;
+    ~DrainOnUnwind() {
+      if (!pipeline.busy()) return;
+      try {
+        pipeline.Wait();
+      } catch (...) {  // the first error is already on its way up
+      }
+    }
+  } drain{*pipeline_};
+  auto start_next = [&] {
+    Chunk& c = chunks_[reading];
+    c.units.assign(misses_.begin() + next,
+                   misses_.begin() + next + std::min<size_t>(cache.capacity(), misses_.size() - next));
+    const size_t planned = c.planner->Plan(
+        c.units, info.record_bytes, [&info](uint32_t u) { return info.UnitOffset(u); }, &c.ops,
+        &c.records);
+    if (planned == 0) ThrowInputError("internal: read staging cannot hold one record");
+    next += planned;
+    pipeline_->Start(&c.ops, [this, &info, &c] {
+      for (const PlannedRecord& rec : c.records) bundle_.VerifyRecord(info, rec.unit, rec.data);
+    });
+  };
+  if (!misses_.empty()) start_next();
   double now = NowSeconds();
   ts.memory_seconds += now - t;
   if (!rows_.empty()) {
-    use(rows_);
+    use(rows_);  // the hits, while the first chunk is read
     t = NowSeconds();
     ts.compute_seconds += t - now;
   }
 
-  size_t next = 0;
-  std::vector<uint32_t> chunk;
-  while (next < misses_.size()) {
+  while (pipeline_->busy()) {
     t = NowSeconds();
-    const size_t want = misses_.size() - next;
+    const ReadPipeline::Result read = pipeline_->Wait();
+    now = NowSeconds();
+    ts.io_seconds += now - t;
+    ts.read_seconds += read.read_seconds;
+    ts.checksum_seconds += read.after_seconds;
+    ts.bytes_read += read.totals.bytes;
+    ts.read_calls += read.totals.calls;
+    Chunk& done = chunks_[reading];
+    reading ^= 1;
+    if (next < misses_.size()) start_next();
+
+    const size_t want = done.records.size();
     size_t room = cache.capacity() - cache.size();
     if (room < want) {
       // Victims: first units this pass does not need, in policy order.
@@ -268,43 +318,28 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
       g.eviction->ChooseVictims(candidates_, want - room, &victims_);
       Evict(g, victims_, ts);
       room = cache.capacity() - cache.size();
-      if (room == 0) {
+      if (room < want) {
         // The pass needs more units than the cache holds: everything cached
         // has been used already, so make room among those.
         candidates_.assign(cache.units_by_row().begin(), cache.units_by_row().begin() + cache.size());
-        g.eviction->ChooseVictims(candidates_, std::min<size_t>(want, cache.capacity()), &victims_);
+        g.eviction->ChooseVictims(candidates_, want - room, &victims_);
         Evict(g, victims_, ts);
         room = cache.capacity() - cache.size();
       }
-      if (room == 0) ThrowInputError("internal: eviction freed no room in the unit cache");
+      if (room < want) ThrowInputError("internal: eviction freed no room in the unit cache");
     }
-    chunk.assign(misses_.begin() + next, misses_.begin() + next + std::min(room, want));
-    const size_t planned = planner_->Plan(
-        chunk, info.record_bytes, [&info](uint32_t u) { return info.UnitOffset(u); }, &ops_, &planned_);
-    if (planned == 0) ThrowInputError("internal: read staging cannot hold one record");
-    now = NowSeconds();
-    ts.memory_seconds += now - t;
-
-    const ReadTotals totals = loader_->ReadAll(ops_);
-    t = NowSeconds();
-    ts.io_seconds += t - now;
-    ts.bytes_read += totals.bytes;
-    ts.read_calls += totals.calls;
-
     rows_.clear();
-    for (const PlannedRecord& rec : planned_) {
-      bundle_.VerifyRecord(info, rec.unit, rec.data);
+    for (const PlannedRecord& rec : done.records) {
       const uint32_t row = cache.Append(rec.unit);
       std::memcpy(cache.Row(row), rec.data, info.payload_bytes);
       g.eviction->OnUse(rec.unit);
       rows_.push_back(row);
     }
-    ts.units_loaded += planned_.size();
-    next += planned;
-    now = NowSeconds();
-    ts.memory_seconds += now - t;
+    ts.units_loaded += want;
+    t = NowSeconds();
+    ts.memory_seconds += t - now;
     use(rows_);
-    ts.compute_seconds += NowSeconds() - now;
+    ts.compute_seconds += NowSeconds() - t;
   }
   GroupTokenStats& gs = ts.groups[g.index];
   gs.needed += ts.units_needed - before.needed;

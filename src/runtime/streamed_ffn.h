@@ -21,6 +21,7 @@
 #include "src/runtime/budget.h"
 #include "src/runtime/eviction.h"
 #include "src/runtime/loader.h"
+#include "src/runtime/read_pipeline.h"
 #include "src/runtime/read_planner.h"
 #include "src/runtime/stats.h"
 #include "src/runtime/unit_cache.h"
@@ -106,7 +107,15 @@ class StreamedFeedForward : public FeedForward {
   size_t max_batch_;
   UnitPolicy policy_;
   std::unique_ptr<Loader> loader_;
-  std::unique_ptr<ReadPlanner> planner_;
+  // A group's misses in chunks, read by turns into two stagings.
+  struct Chunk {
+    std::unique_ptr<ReadPlanner> planner;
+    std::vector<uint32_t> units;
+    std::vector<ReadOp> ops;
+    std::vector<PlannedRecord> records;
+  };
+  Chunk chunks_[2];
+  std::unique_ptr<ReadPipeline> pipeline_;  // after loader_: stops before it
   std::vector<Group> groups_;           // bundle order
   std::vector<int> group_index_;        // (layer * 3 + kind) -> index in groups_
   StreamStats stats_;
@@ -118,8 +127,6 @@ class StreamedFeedForward : public FeedForward {
   AlignedBuffer<float> gate_, up_, coeff_, scores_, masked_x_, ones_, select_scratch_;
   TokenMasks masks_;
   std::vector<uint32_t> need_, misses_, candidates_, victims_, expired_, rows_;
-  std::vector<ReadOp> ops_;
-  std::vector<PlannedRecord> planned_;
 };
 
 }  // namespace sparrow
