@@ -19,6 +19,20 @@
 namespace sparrow::bundle {
 namespace {
 
+// Every read of a bundle here names exactly the bytes it wants. Without
+// this the kernel's read-ahead past the magic, the header or the resident
+// section pulled megabytes of records into the page cache: DRAM outside
+// the budget, left behind even by --io direct. Every descriptor needs it:
+// one plain read marks pages for read-ahead, and a later read of them
+// starts it again, whatever that descriptor was advised (Linux 6.18).
+void AdviseExactReads(int fd) {
+#if defined(POSIX_FADV_RANDOM)
+  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+#else
+  (void)fd;
+#endif
+}
+
 // An open file descriptor, closed on scope exit.
 class FileHandle {
  public:
@@ -28,6 +42,7 @@ class FileHandle {
       const int err = errno;
       ThrowInputError("cannot open '", path, "': ", std::strerror(err));
     }
+    AdviseExactReads(fd_);
   }
   FileHandle(const FileHandle&) = delete;
   FileHandle& operator=(const FileHandle&) = delete;
@@ -65,8 +80,11 @@ class FileHandle {
       }
 #if defined(POSIX_FADV_DONTNEED)
       if (uncached) {
-        (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(got),
-                              POSIX_FADV_DONTNEED);
+        // To the end of the file, not just the bytes read: the kernel
+        // drops only whole folios inside the range, and a large folio
+        // (or read-ahead) reaching past the last byte read would keep
+        // records cached.
+        (void)::posix_fadvise(fd_, static_cast<off_t>(offset), 0, POSIX_FADV_DONTNEED);
       }
 #endif
       p += got;
@@ -287,6 +305,7 @@ bool RecordCrcMatches(const UnitGroup& group, const uint8_t* record) {
 bool Bundle::LooksLikeBundle(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
+  AdviseExactReads(fd);
   char magic[sizeof(kMagic)];
   const ssize_t got = ::pread(fd, magic, sizeof(magic), 0);
   ::close(fd);

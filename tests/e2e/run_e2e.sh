@@ -182,6 +182,30 @@ if [ "$(printf '%s' "$runs" | sort -u | wc -l)" = 1 ] && printf '%s\n' "$out" | 
 else
   fail "eight runs under $budget: $(printf '%s' "$runs" | sort -u | wc -l) different outcomes"
 fi
+# Reads that bypass the page cache leave nothing of the bundle in it but
+# the header (read-ahead past the magic, the header or the resident section
+# used to leave megabytes of records behind, outside the budget). On tmpfs
+# the page cache is the file itself, so there is nothing to check.
+if [ "$(stat -f -c %T "$WORK")" = tmpfs ] || ! command -v fincore >/dev/null; then
+  echo "SKIP: page cache after --io direct/uring (tmpfs or no fincore)"
+else
+  resident_at=$("$SPARROW" info -m "$WORK/budget.sparrow" | awk '/^  resident section/ {print $4}')
+  for mode in direct uring; do
+    python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' \
+      "$WORK/budget.sparrow"
+    if ! "$SPARROW" run -m "$WORK/budget.sparrow" -p "Once upon a time" -n 8 --dram-budget "$budget" \
+         --io $mode >/dev/null 2>"$WORK/cache.err"; then
+      echo "SKIP: page cache after --io $mode: $(head -n 1 "$WORK/cache.err")"
+      continue
+    fi
+    cached=$(fincore -n -b -o RES "$WORK/budget.sparrow" | tr -d ' ')
+    if [ -n "$resident_at" ] && [ -n "$cached" ] && [ "$cached" -le "$resident_at" ]; then
+      pass "--io $mode leaves $cached bytes of the bundle in the page cache (header: $resident_at)"
+    else
+      fail "--io $mode leaves '$cached' bytes of the bundle in the page cache, more than its header ($resident_at)"
+    fi
+  done
+fi
 expect_input_error "budget too small" "$SPARROW" run -m "$WORK/stories-neuron.sparrow" -p hi --dram-budget 2M
 cp "$WORK/stories-neuron.sparrow" "$WORK/flipped.sparrow"
 # Flip a byte inside record 3 of layer 0 (offset of its section from `info`).
