@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -204,25 +205,37 @@ std::string FormatBytes(uint64_t bytes) {
   return buf;
 }
 
-ProgressBar::ProgressBar(std::string label)
-    : label_(std::move(label)), enabled_(isatty(STDERR_FILENO) == 1) {}
+ProgressBar::ProgressBar(std::string label, bool forced)
+    : label_(std::move(label)),
+      terminal_(isatty(STDERR_FILENO) == 1),
+      forced_(forced),
+      start_(NowSeconds()) {}
 
 ProgressBar::~ProgressBar() {
-  if (drawn_) std::fputc('\n', stderr);
+  if (drawn_ && terminal_) std::fputc('\n', stderr);
 }
 
 void ProgressBar::Update(uint64_t done, uint64_t total) {
-  if (!enabled_ || total == 0) return;
+  if (total == 0) return;
+  if (!forced_ && !(terminal_ && total > kProgressMinBytes)) return;
   const double now = NowSeconds();
-  if (done < total && now - last_draw_ < 0.1) return;
+  const double frac = static_cast<double>(std::min(done, total)) / static_cast<double>(total);
+  const int decile = static_cast<int>(frac * 10.0);
+  if (terminal_) {
+    if (done < total && now - last_draw_ < 0.1) return;
+  } else if (decile == last_decile_) {
+    return;  // a log gets a line per 10%, not a flood
+  }
   last_draw_ = now;
+  last_decile_ = decile;
+  const double elapsed = now - start_;
+  const double mb_per_s = elapsed > 0 ? static_cast<double>(done) / 1e6 / elapsed : 0.0;
   const int width = 40;
-  const double frac = static_cast<double>(done) / static_cast<double>(total);
-  const int filled = static_cast<int>(frac * width);
-  std::string bar(filled, '#');
+  std::string bar(static_cast<size_t>(frac * width), '#');
   bar.resize(width, '.');
-  std::fprintf(stderr, "\r%s [%s] %5.1f%% %s / %s", label_.c_str(), bar.c_str(), frac * 100.0,
-               FormatBytes(done).c_str(), FormatBytes(total).c_str());
+  std::fprintf(stderr, "%s%s [%s] %5.1f%% %s / %s, %.0f MB/s%s", terminal_ ? "\r" : "",
+               label_.c_str(), bar.c_str(), frac * 100.0, FormatBytes(done).c_str(),
+               FormatBytes(total).c_str(), mb_per_s, terminal_ ? "" : "\n");
   std::fflush(stderr);
   drawn_ = true;
 }

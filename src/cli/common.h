@@ -51,19 +51,28 @@ uint64_t PeakRssBytes();
 // "1.13 MiB", "6.74 GiB"
 std::string FormatBytes(uint64_t bytes);
 
-// A one-line progress bar on stderr, drawn only when stderr is a terminal
-// and at most ~10 times a second.
+// Progress of a long write on stderr: percent, bytes and MB/s. On a
+// terminal, one line redrawn at most ~10 times a second, for jobs of more
+// than kProgressMinBytes (a small job is done before anyone would look).
+// With `forced` (--progress) it is shown whatever the size and, when
+// stderr is not a terminal (a log file, a CI job), as a new line every
+// 10% instead of a redrawn one; otherwise it is quiet there.
+inline constexpr uint64_t kProgressMinBytes = uint64_t{256} << 20;
+
 class ProgressBar {
  public:
-  explicit ProgressBar(std::string label);
+  explicit ProgressBar(std::string label, bool forced = false);
   ~ProgressBar();
   void Update(uint64_t done, uint64_t total);
 
  private:
   std::string label_;
-  bool enabled_;
+  bool terminal_;
+  bool forced_;
   bool drawn_ = false;
+  double start_;
   double last_draw_ = 0.0;
+  int last_decile_ = -1;
 };
 
 }  // namespace sparrow::cli

@@ -28,6 +28,7 @@ int ConvertCommand(int argc, char** argv) {
        "dip, dip-ca, glu) or split (per neuron [up row], [gate row] and [down column] apart: "
        "for --sparsity up, gate)",
        cxxopts::value<std::string>()->default_value("neuron"))
+      ("progress", "Show progress on stderr even when it is not a terminal or the job is small")
       ("force", "Overwrite the output file if it exists")
       ("t,threads", "Worker threads (default: all cores)", cxxopts::value<int>()->default_value("0"));
   cxxopts::ParseResult args;
@@ -54,7 +55,7 @@ int ConvertCommand(int argc, char** argv) {
   SetThreadCount(threads);
 
   {
-    ProgressBar bar("convert");
+    ProgressBar bar("convert", args.count("progress") > 0);
     ConvertGgufToBundle(input, output, convert,
                         [&](uint64_t done, uint64_t total) { bar.Update(done, total); });
   }

@@ -31,6 +31,7 @@ int SynthCommand(int argc, char** argv) {
       ("hot-gain", "Strength G >= 1 of the hot channels and units relative to the strongest "
                    "cold one; the rest decay as a power law (needs --hot-fraction)",
        cxxopts::value<float>())
+      ("progress", "Show progress on stderr even when it is not a terminal or the job is small")
       ("force", "Overwrite the output file if it exists")
       ("t,threads", "Worker threads (default: all cores)", cxxopts::value<int>()->default_value("0"));
   cxxopts::ParseResult args;
@@ -65,7 +66,7 @@ int SynthCommand(int argc, char** argv) {
   SetThreadCount(threads);
 
   {
-    ProgressBar bar("synth");
+    ProgressBar bar("synth", args.count("progress") > 0);
     WriteSyntheticModel(spec, output,
                         [&](uint64_t done, uint64_t total) { bar.Update(done, total); });
   }

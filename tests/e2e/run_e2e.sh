@@ -99,6 +99,16 @@ expect_input_error "not a GGUF" "$SPARROW" info -m "$WORK/garbage.gguf"
 expect_input_error "unknown flag" "$SPARROW" run -m "$STORIES" --no-such-flag
 expect_input_error "unknown command" "$SPARROW" frobnicate
 expect_input_error "missing -m" "$SPARROW" run -p hi
+# Progress: quiet off a terminal, a line per 10% with --progress.
+"$SPARROW" synth -o "$WORK/progress.gguf" --dim 64 --ffn 128 --layers 2 --heads 2 --vocab 400 --type q8_0 \
+  2>"$WORK/quiet.err"
+"$SPARROW" convert -m "$WORK/progress.gguf" -o "$WORK/progress.sparrow" --progress 2>"$WORK/progress.err"
+if ! grep -q '%' "$WORK/quiet.err" && grep -Eq '^convert .* 100\.0% .* MB/s$' "$WORK/progress.err" \
+   && [ "$(grep -c '%' "$WORK/progress.err")" -le 11 ]; then
+  pass "progress: quiet off a terminal, a line per 10% with --progress"
+else
+  fail "progress: $(head -n 2 "$WORK/quiet.err" "$WORK/progress.err" | tr '\n' ' ')"
+fi
 expect_input_error "bad synth type" "$SPARROW" synth -o "$WORK/x.gguf" --dim 64 --ffn 64 --layers 1 --heads 2 --vocab 400 --type q5_K
 expect_input_error "synth shape not a block multiple" "$SPARROW" synth -o "$WORK/x.gguf" --dim 100 --ffn 64 --layers 1 --heads 2 --vocab 400 --type q8_0
 expect_input_error "missing perplexity text" "$SPARROW" perplexity -m "$STORIES" -f "$WORK/none.txt"
