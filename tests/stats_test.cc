@@ -341,6 +341,8 @@ TEST_CASE("StreamStats: summary table") {
   TokenStats piped = Record(1 << 20, 4, 10, 0, 10, 0, 0.05, 0.01, 0.02);
   piped.read_seconds = 0.2;
   piped.checksum_seconds = 0.01;
+  piped.prefetched_units = 8;
+  piped.prefetch_used = 6;
   Push(overlap, piped, 3);
   Push(overlap, piped);
   Push(overlap, piped);
@@ -351,6 +353,9 @@ TEST_CASE("StreamStats: summary table") {
   CHECK(LineWith(overlap_text, "reads alone ").find("0.600") != std::string::npos);
   CHECK(LineWith(overlap_text, "reads alone ").find("120.00 ms") != std::string::npos);  // / 5
   CHECK(LineWith(overlap_text, "checksums").find("10.00 ms") != std::string::npos);  // decode
+  CHECK(LineWith(overlap_text, "units prefetched").find(" 24 ") != std::string::npos);
+  CHECK(LineWith(overlap_text, "prefetch accuracy").find("75.0%") != std::string::npos);
+  CHECK(Summary(Sample()).find("prefetch") == std::string::npos);  // none: no rows
   double decode_wall = 0;
   for (const TokenStats& r : overlap.per_token()) {
     if (r.tokens == 1) decode_wall += r.wall_seconds;
@@ -406,7 +411,8 @@ TEST_CASE("StreamStats: JSON parses back with every record") {
                         "mean_read_bytes", "units_needed",   "units_hit",      "hit_rate",
                         "units_loaded",   "units_evicted",   "io_seconds",     "memory_seconds",
                         "compute_seconds", "select_seconds", "wall_seconds",   "read_seconds",
-                        "checksum_seconds", "overlap_units", "overlap_kept",  "groups"};
+                        "checksum_seconds", "prefetched_units", "prefetch_used", "overlap_units",
+                        "overlap_kept",   "groups"};
   for (size_t i = 0; i < 3; ++i) {
     CAPTURE(i);
     const Json& record = doc.items[i];
@@ -423,6 +429,8 @@ TEST_CASE("StreamStats: JSON parses back with every record") {
     CHECK(record["units_loaded"].number == s.units_loaded);
     CHECK(record["units_evicted"].number == s.units_evicted);
     CHECK(record["io_seconds"].number == doctest::Approx(s.io_seconds));
+    CHECK(record["prefetched_units"].number == s.prefetched_units);
+    CHECK(record["prefetch_used"].number == s.prefetch_used);
     CHECK(record["memory_seconds"].number == doctest::Approx(s.memory_seconds));
     CHECK(record["compute_seconds"].number == doctest::Approx(s.compute_seconds));
     CHECK(record["groups"].kind == Json::kArray);

@@ -137,6 +137,7 @@ std::string JsonRecord(size_t index, const TokenStats& s) {
                 ",\"wall_seconds\":", JsonDouble(s.wall_seconds),
                 ",\"read_seconds\":", JsonDouble(s.read_seconds),
                 ",\"checksum_seconds\":", JsonDouble(s.checksum_seconds),
+                ",\"prefetched_units\":", s.prefetched_units, ",\"prefetch_used\":", s.prefetch_used,
                 ",\"overlap_units\":", s.overlap_units, ",\"overlap_kept\":", s.overlap_kept,
                 ",\"groups\":[", JsonGroups(s.groups), "]}");
 }
@@ -188,6 +189,8 @@ void TokenStats::Add(const TokenStats& other) {
   wall_seconds += other.wall_seconds;
   read_seconds += other.read_seconds;
   checksum_seconds += other.checksum_seconds;
+  prefetched_units += other.prefetched_units;
+  prefetch_used += other.prefetch_used;
   overlap_units += other.overlap_units;
   overlap_kept += other.overlap_kept;
   tokens += other.tokens;
@@ -256,6 +259,15 @@ void StreamStats::PrintSummary(std::FILE* out) const {
       PerToken(decode.units_loaded, d), third);
   Row(out, "units evicted", std::to_string(all.units_evicted), PerToken(all.units_evicted, n),
       PerToken(decode.units_evicted, d), third);
+  if (all.prefetched_units > 0) {
+    // Units read ahead for the next group that it used.
+    Row(out, "units prefetched", std::to_string(all.prefetched_units),
+        PerToken(all.prefetched_units, n), PerToken(decode.prefetched_units, d), third);
+    Row(out, "prefetch accuracy",
+        Percent(static_cast<double>(all.prefetch_used), static_cast<double>(all.prefetched_units)), "",
+        Percent(static_cast<double>(decode.prefetch_used), static_cast<double>(decode.prefetched_units)),
+        third);
+  }
   if (all.overlap_units > 0) {
     // Decode tokens only: the share of a token's chosen units that the
     // previous token chose too.

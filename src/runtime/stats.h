@@ -39,6 +39,10 @@ struct TokenStats {
   // time), and the records' checksums.
   double read_seconds = 0;
   double checksum_seconds = 0;
+  // Units read ahead for the next group (dense policy) and how many of
+  // them it used (the prefetch's accuracy).
+  uint64_t prefetched_units = 0;
+  uint64_t prefetch_used = 0;
   // Decode tokens of a pruning policy: units chosen, and how many of them
   // the previous token chose too (top-K overlap of consecutive tokens).
   uint64_t overlap_units = 0;

@@ -1,6 +1,7 @@
 #include "src/runtime/streamed_ffn.h"
 
 #include <algorithm>
+#include <exception>
 #include <cstring>
 
 #include "base/error.h"
@@ -104,6 +105,7 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
     chunk.planner = std::make_unique<ReadPlanner>(PlannerStagingBytes(bundle, stream), plan);
   }
   pipeline_ = std::make_unique<ReadPipeline>(*loader_);
+  prefetch_across_groups_ = policy_.kind() == SparsityKind::kDense;
 
   const size_t act_width = ActivationWidth(bundle, config);
   budget.Charge(KernelScratchBytes(config, act_width, max_batch), "kernel scratch", minimum_hint);
@@ -210,6 +212,29 @@ void StreamedFeedForward::Evict(Group& g, const std::vector<uint32_t>& units, To
   ts.units_evicted += units.size();
 }
 
+bool StreamedFeedForward::StartPrefetch(Group& next, Chunk& c) {
+  const bundle::UnitGroup& info = *next.info;
+  if (next.by_slot.empty()) {
+    next.by_slot.resize(info.n_units);
+    for (uint32_t u = 0; u < info.n_units; ++u) next.by_slot[info.slot_of_unit[u]] = u;
+  }
+  const UnitCache& cache = *next.cache;
+  c.units.clear();
+  for (uint32_t u : next.by_slot) {
+    if (cache.Contains(u)) continue;
+    c.units.push_back(u);
+    if (c.units.size() == cache.capacity()) break;
+  }
+  if (c.units.empty()) return false;
+  const size_t planned = c.planner->Plan(
+      c.units, info.record_bytes, [&info](uint32_t u) { return info.UnitOffset(u); }, &c.ops, &c.records);
+  if (planned == 0) ThrowInputError("internal: read staging cannot hold one record");
+  pipeline_->Start(&c.ops, [this, &info, &c] {
+    for (const PlannedRecord& rec : c.records) bundle_.VerifyRecord(info, rec.unit, rec.data);
+  });
+  return true;
+}
+
 void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& need, const UseFn& use) {
   TokenStats& ts = stats_.current();
   const GroupTokenStats before{ts.units_needed, ts.units_hit, ts.units_loaded, ts.bytes_read,
@@ -258,19 +283,55 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
   // into the cache and computed here. A chunk holds at most the cache's
   // capacity, so it always fits once the units already used make room.
   size_t next = 0;
-  int reading = 0;  // the chunk the pipeline is filling
+  int reading = 0;         // the chunk the pipeline fills (or filled, until waited for)
+  bool in_flight = false;  // a read for this group is in flight
+  bool first_is_prefetch = false;
   // If anything below throws (a bad record, an I/O error), the read in
-  // flight must finish before its staging and ops can be reused or freed.
+  // flight must finish before its staging and ops can be reused or freed,
+  // and a prefetch it was is forgotten.
   struct DrainOnUnwind {
     ReadPipeline& pipeline;
+    int& prefetch_group;
+    const int exceptions = std::uncaught_exceptions();
     ~DrainOnUnwind() {
+      if (std::uncaught_exceptions() == exceptions) return;  // a normal return
+      prefetch_group = -1;
       if (!pipeline.busy()) return;
       try {
         pipeline.Wait();
       } catch (...) {  // the first error is already on its way up
       }
     }
-  } drain{*pipeline_};
+  } drain{*pipeline_, prefetch_group_};
+
+  if (prefetch_group_ >= 0) {
+    reading = prefetch_chunk_;
+    const bool mine = prefetch_group_ == static_cast<int>(g.index);
+    prefetch_group_ = -1;
+    if (mine) {
+      // What the prefetch brings is not read again.
+      in_flight = first_is_prefetch = true;
+      prefetched_.clear();
+      for (const PlannedRecord& rec : chunks_[reading].records) prefetched_.push_back(rec.unit);
+      std::sort(prefetched_.begin(), prefetched_.end());
+      misses_.erase(std::remove_if(misses_.begin(), misses_.end(),
+                                   [&](uint32_t u) {
+                                     return std::binary_search(prefetched_.begin(), prefetched_.end(), u);
+                                   }),
+                    misses_.end());
+    } else {
+      // The forward pass went to another group than the one guessed.
+      const double w = NowSeconds();
+      const ReadPipeline::Result read = pipeline_->Wait();
+      ts.io_seconds += NowSeconds() - w;
+      ts.read_seconds += read.read_seconds;
+      ts.checksum_seconds += read.after_seconds;
+      ts.bytes_read += read.totals.bytes;
+      ts.read_calls += read.totals.calls;
+      ts.prefetched_units += chunks_[reading].records.size();
+      reading = 0;
+    }
+  }
   auto start_next = [&] {
     Chunk& c = chunks_[reading];
     c.units.assign(misses_.begin() + next,
@@ -283,8 +344,19 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
     pipeline_->Start(&c.ops, [this, &info, &c] {
       for (const PlannedRecord& rec : c.records) bundle_.VerifyRecord(info, rec.unit, rec.data);
     });
+    in_flight = true;
   };
-  if (!misses_.empty()) start_next();
+  // Nothing more to read for this group: read ahead for the next one.
+  auto maybe_prefetch = [&] {
+    if (!prefetch_across_groups_ || in_flight || next < misses_.size()) return;
+    Group& following = groups_[(g.index + 1) % groups_.size()];
+    if (StartPrefetch(following, chunks_[reading])) {
+      prefetch_group_ = static_cast<int>(following.index);
+      prefetch_chunk_ = reading;
+    }
+  };
+  if (!in_flight && !misses_.empty()) start_next();
+  maybe_prefetch();
   double now = NowSeconds();
   ts.memory_seconds += now - t;
   if (!rows_.empty()) {
@@ -293,9 +365,10 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
     ts.compute_seconds += t - now;
   }
 
-  while (pipeline_->busy()) {
+  while (in_flight) {
     t = NowSeconds();
     const ReadPipeline::Result read = pipeline_->Wait();
+    in_flight = false;
     now = NowSeconds();
     ts.io_seconds += now - t;
     ts.read_seconds += read.read_seconds;
@@ -304,9 +377,22 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
     ts.read_calls += read.totals.calls;
     Chunk& done = chunks_[reading];
     reading ^= 1;
-    if (next < misses_.size()) start_next();
+    if (next < misses_.size()) {
+      start_next();
+    } else {
+      maybe_prefetch();
+    }
 
-    const size_t want = done.records.size();
+    // A record is placed if this pass needs its unit and the cache lacks
+    // it (a prefetched one may be neither).
+    auto usable = [&](uint32_t u) { return g.need_stamp[u] == stamp_ && !cache.Contains(u); };
+    size_t want = 0;
+    for (const PlannedRecord& rec : done.records) want += usable(rec.unit);
+    if (first_is_prefetch) {
+      ts.prefetched_units += done.records.size();
+      ts.prefetch_used += want;
+      first_is_prefetch = false;
+    }
     size_t room = cache.capacity() - cache.size();
     if (room < want) {
       // Victims: first units this pass does not need, in policy order.
@@ -330,6 +416,7 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
     }
     rows_.clear();
     for (const PlannedRecord& rec : done.records) {
+      if (!usable(rec.unit)) continue;
       const uint32_t row = cache.Append(rec.unit);
       std::memcpy(cache.Row(row), rec.data, info.payload_bytes);
       g.eviction->OnUse(rec.unit);
@@ -338,7 +425,7 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
     ts.units_loaded += want;
     t = NowSeconds();
     ts.memory_seconds += t - now;
-    use(rows_);
+    if (!rows_.empty()) use(rows_);
     ts.compute_seconds += NowSeconds() - t;
   }
   GroupTokenStats& gs = ts.groups[g.index];

@@ -66,6 +66,13 @@ class StreamedFeedForward : public FeedForward {
                                const ModelConfig& config, size_t max_batch);
 
  private:
+  // A group's misses in chunks, read by turns into two stagings.
+  struct Chunk {
+    std::unique_ptr<ReadPlanner> planner;
+    std::vector<uint32_t> units;
+    std::vector<ReadOp> ops;
+    std::vector<PlannedRecord> records;
+  };
   struct Group {
     const bundle::UnitGroup* info = nullptr;
     std::unique_ptr<UnitCache> cache;
@@ -74,12 +81,17 @@ class StreamedFeedForward : public FeedForward {
     std::vector<uint32_t> chosen_at;   // decode token (low 32 bits) that last chose the unit
     uint64_t last_chosen = ~uint64_t{0};
     size_t index = 0;                  // in groups_ (and in the per-group stats)
+    std::vector<uint32_t> by_slot;     // units in disk order (built at the first prefetch)
   };
   // Brings every unit of `need` through g's cache and calls use(rows, units)
   // on runs of cached rows, each needed unit exactly once.
   using UseFn = std::function<void(const std::vector<uint32_t>& rows)>;
   void StreamGroup(Group& g, const std::vector<uint32_t>& need, const UseFn& use);
   void Evict(Group& g, const std::vector<uint32_t>& units, TokenStats& ts);
+  // Plans `c` with the first units (in disk order, at most the cache's
+  // capacity) that `next` will miss when the dense policy asks for all of
+  // them, and starts reading them; false if it misses none.
+  bool StartPrefetch(Group& next, Chunk& c);
   // Runs the policy on g for n tokens ranked by `scores` (row stride
   // `stride`): fills masks_ and need_ (their union), times the selection
   // and, for a decode token, counts the overlap with the previous token's
@@ -107,14 +119,14 @@ class StreamedFeedForward : public FeedForward {
   size_t max_batch_;
   UnitPolicy policy_;
   std::unique_ptr<Loader> loader_;
-  // A group's misses in chunks, read by turns into two stagings.
-  struct Chunk {
-    std::unique_ptr<ReadPlanner> planner;
-    std::vector<uint32_t> units;
-    std::vector<ReadOp> ops;
-    std::vector<PlannedRecord> records;
-  };
   Chunk chunks_[2];
+  // Prefetch across groups (dense policy only, where the next group's need
+  // is known: every unit): once a group has no more reads to start, the
+  // next group's first misses are read into the free chunk while this
+  // group's last chunk, the attention and the norms in between compute.
+  bool prefetch_across_groups_ = false;
+  int prefetch_group_ = -1;  // the group whose read is in flight, or -1
+  int prefetch_chunk_ = 0;   // the chunk it fills
   std::unique_ptr<ReadPipeline> pipeline_;  // after loader_: stops before it
   std::vector<Group> groups_;           // bundle order
   std::vector<int> group_index_;        // (layer * 3 + kind) -> index in groups_
@@ -126,7 +138,7 @@ class StreamedFeedForward : public FeedForward {
   size_t width_ = 0;
   AlignedBuffer<float> gate_, up_, coeff_, scores_, masked_x_, ones_, select_scratch_;
   TokenMasks masks_;
-  std::vector<uint32_t> need_, misses_, candidates_, victims_, expired_, rows_;
+  std::vector<uint32_t> need_, misses_, candidates_, victims_, expired_, rows_, prefetched_;
 };
 
 }  // namespace sparrow

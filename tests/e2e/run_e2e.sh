@@ -171,10 +171,11 @@ budget="$((min_kib + 1536))K"
 for mode in pread direct mmap; do
   got=$("$SPARROW" run -m "$WORK/budget.sparrow" -p "Once upon a time" -n 200 --temp 0 \
         --dram-budget "$budget" --cache lru --io $mode --stats 2>"$WORK/budget.err" | sed 's/[[:space:]]*$//')
-  if [ -n "$bwant" ] && [ "$got" = "$bwant" ] && grep -Eq "units evicted +[1-9]" "$WORK/budget.err"; then
-    pass "synthetic bundle under a $budget budget with --io $mode: same greedy text, units evicted"
+  if [ -n "$bwant" ] && [ "$got" = "$bwant" ] && grep -Eq "units evicted +[1-9]" "$WORK/budget.err" \
+     && grep -Eq "prefetch accuracy +100.0%" "$WORK/budget.err"; then
+    pass "synthetic bundle under a $budget budget with --io $mode: same greedy text, units evicted, next layers prefetched"
   else
-    fail "synthetic bundle under a $budget budget with --io $mode: $(grep -E 'units evicted|error' "$WORK/budget.err" | head -n 1)"
+    fail "synthetic bundle under a $budget budget with --io $mode: $(grep -E 'units evicted|prefetch accuracy|error' "$WORK/budget.err" | tr '\n' ' ')"
   fi
 done
 # Deterministic budgets: the same command gets the same caches, loads the
