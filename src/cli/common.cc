@@ -50,7 +50,7 @@ void AddModelOptions(cxxopts::Options& options) {
       ("window", "Sliding window: keep the units used by the last K tokens (--cache window)",
        cxxopts::value<uint32_t>()->default_value("4"))
       ("cache", "Unit cache eviction: window, lru or lfu", cxxopts::value<std::string>()->default_value("window"))
-      ("io", "Loader: pread, direct (O_DIRECT), mmap or uring", cxxopts::value<std::string>()->default_value("pread"))
+      ("io", "Loader: auto (uring where the kernel allows it, else direct), pread, direct (O_DIRECT), mmap or uring", cxxopts::value<std::string>()->default_value("auto"))
       ("io-threads", "Parallel reads in flight", cxxopts::value<int>()->default_value("16"))
       ("read-gap", "Read the gap between two missing records as part of one read when it is at "
        "most this many bytes (e.g. 32K; Ripple's access collapse): fewer, larger reads for "

@@ -153,6 +153,9 @@ std::unique_ptr<Loader> MakeFdLoader(FileDescriptor fd, const std::string& path,
                                      int threads, IoMode mode, size_t alignment);
 #if SPARROW_IO_HAVE_URING
 std::unique_ptr<Loader> MakeUringLoader(const std::string& path, int threads);
+// Whether this process may set up a ring (kernels without io_uring, or
+// seccomp filters and qemu-user that refuse it, say no). Probed once.
+bool UringAvailable();
 #endif
 
 // Tests cannot count on a filesystem that refuses O_DIRECT (tmpfs takes

@@ -205,6 +205,16 @@ std::unique_ptr<Loader> MakeUringLoader(const std::string& path, int threads) {
   return std::make_unique<UringLoader>(path, threads);
 }
 
+bool UringAvailable() {
+  static const bool available = [] {
+    io_uring ring{};
+    if (io_uring_queue_init(2, &ring, 0) < 0) return false;
+    io_uring_queue_exit(&ring);
+    return true;
+  }();
+  return available;
+}
+
 }  // namespace sparrow::io
 
 #endif  // SPARROW_IO_HAVE_URING

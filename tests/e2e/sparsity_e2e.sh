@@ -96,9 +96,10 @@ fi
 
 # 5. --read-gap: reading the gaps between scattered missing records makes
 #    fewer, larger reads and changes nothing else (the gap bytes are dropped).
+#    With --io pread, where a read call is one read (uring counts ring entries).
 gap_run() {
   "$SPARROW" run -m "$WORK/syn.sparrow" -p "Once upon a time" -n 24 --temp 0 --dram-budget "$budget" \
-    --cache lfu --sparsity dip --mlp-density 0.5 --read-gap "$1" --stats 2>"$WORK/gap-$1.err"
+    --cache lfu --sparsity dip --mlp-density 0.5 --read-gap "$1" --io pread --stats 2>"$WORK/gap-$1.err"
 }
 text0=$(gap_run 0)
 text64=$(gap_run 64K)
