@@ -212,6 +212,26 @@ void StreamedFeedForward::Evict(Group& g, const std::vector<uint32_t>& units, To
   ts.units_evicted += units.size();
 }
 
+size_t StreamedFeedForward::StartChunk(const bundle::UnitGroup& info, Chunk& c) {
+  const size_t planned = c.planner->Plan(
+      c.units, info.record_bytes, [&info](uint32_t u) { return info.UnitOffset(u); }, &c.ops, &c.records);
+  if (planned == 0) ThrowInputError("internal: read staging cannot hold one record");
+  pipeline_->Start(&c.ops, [this, &info, &c] {
+    for (const PlannedRecord& rec : c.records) bundle_.VerifyRecord(info, rec.unit, rec.data);
+  });
+  return planned;
+}
+
+void StreamedFeedForward::WaitForChunk(TokenStats& ts) {
+  const double start = NowSeconds();
+  const ReadPipeline::Result read = pipeline_->Wait();
+  ts.io_seconds += NowSeconds() - start;
+  ts.read_seconds += read.read_seconds;
+  ts.checksum_seconds += read.after_seconds;
+  ts.bytes_read += read.totals.bytes;
+  ts.read_calls += read.totals.calls;
+}
+
 bool StreamedFeedForward::StartPrefetch(Group& next, Chunk& c) {
   const bundle::UnitGroup& info = *next.info;
   if (next.by_slot.empty()) {
@@ -226,12 +246,7 @@ bool StreamedFeedForward::StartPrefetch(Group& next, Chunk& c) {
     if (c.units.size() == cache.capacity()) break;
   }
   if (c.units.empty()) return false;
-  const size_t planned = c.planner->Plan(
-      c.units, info.record_bytes, [&info](uint32_t u) { return info.UnitOffset(u); }, &c.ops, &c.records);
-  if (planned == 0) ThrowInputError("internal: read staging cannot hold one record");
-  pipeline_->Start(&c.ops, [this, &info, &c] {
-    for (const PlannedRecord& rec : c.records) bundle_.VerifyRecord(info, rec.unit, rec.data);
-  });
+  StartChunk(info, c);
   return true;
 }
 
@@ -321,13 +336,7 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
                     misses_.end());
     } else {
       // The forward pass went to another group than the one guessed.
-      const double w = NowSeconds();
-      const ReadPipeline::Result read = pipeline_->Wait();
-      ts.io_seconds += NowSeconds() - w;
-      ts.read_seconds += read.read_seconds;
-      ts.checksum_seconds += read.after_seconds;
-      ts.bytes_read += read.totals.bytes;
-      ts.read_calls += read.totals.calls;
+      WaitForChunk(ts);
       ts.prefetched_units += chunks_[reading].records.size();
       reading = 0;
     }
@@ -336,14 +345,7 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
     Chunk& c = chunks_[reading];
     c.units.assign(misses_.begin() + next,
                    misses_.begin() + next + std::min<size_t>(cache.capacity(), misses_.size() - next));
-    const size_t planned = c.planner->Plan(
-        c.units, info.record_bytes, [&info](uint32_t u) { return info.UnitOffset(u); }, &c.ops,
-        &c.records);
-    if (planned == 0) ThrowInputError("internal: read staging cannot hold one record");
-    next += planned;
-    pipeline_->Start(&c.ops, [this, &info, &c] {
-      for (const PlannedRecord& rec : c.records) bundle_.VerifyRecord(info, rec.unit, rec.data);
-    });
+    next += StartChunk(info, c);
     in_flight = true;
   };
   // Nothing more to read for this group: read ahead for the next one.
@@ -366,15 +368,9 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
   }
 
   while (in_flight) {
-    t = NowSeconds();
-    const ReadPipeline::Result read = pipeline_->Wait();
+    WaitForChunk(ts);
     in_flight = false;
     now = NowSeconds();
-    ts.io_seconds += now - t;
-    ts.read_seconds += read.read_seconds;
-    ts.checksum_seconds += read.after_seconds;
-    ts.bytes_read += read.totals.bytes;
-    ts.read_calls += read.totals.calls;
     Chunk& done = chunks_[reading];
     reading ^= 1;
     if (next < misses_.size()) {

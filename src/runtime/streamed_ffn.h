@@ -92,6 +92,12 @@ class StreamedFeedForward : public FeedForward {
   // capacity) that `next` will miss when the dense policy asks for all of
   // them, and starts reading them; false if it misses none.
   bool StartPrefetch(Group& next, Chunk& c);
+  // Plans c.units (a prefix of them if the staging fills up) and starts
+  // reading them, their checksums verified on the pipeline's thread;
+  // returns how many were planned.
+  size_t StartChunk(const bundle::UnitGroup& info, Chunk& c);
+  // Waits for the read in flight and adds its time and bytes to `ts`.
+  void WaitForChunk(TokenStats& ts);
   // Runs the policy on g for n tokens ranked by `scores` (row stride
   // `stride`): fills masks_ and need_ (their union), times the selection
   // and, for a decode token, counts the overlap with the previous token's
