@@ -286,23 +286,17 @@ void StreamStats::PrintSummary(std::FILE* out) const {
                 {"memory mgmt", &TokenStats::memory_seconds},
                 {"compute", &TokenStats::compute_seconds},
                 {"top-K select", &TokenStats::select_seconds}};
-  for (const auto& part : kParts) {
-    const double seconds = all.*part.field;
-    std::fprintf(out, "  %-16s %14s %8s %14s", part.label, Fixed(seconds, 3).c_str(),
-                 Percent(seconds, total_seconds).c_str(),
+  // One row of the time table: total, share, per token, per decode token.
+  auto time_row = [&](const char* label, double seconds, const std::string& share, double decode_seconds) {
+    std::fprintf(out, "  %-16s %14s %8s %14s", label, Fixed(seconds, 3).c_str(), share.c_str(),
                  Duration(seconds / static_cast<double>(n)).c_str());
-    if (third) {
-      std::fprintf(out, " %18s", Duration(decode.*part.field / static_cast<double>(d)).c_str());
-    }
+    if (third) std::fprintf(out, " %18s", Duration(decode_seconds / static_cast<double>(d)).c_str());
     std::fprintf(out, "\n");
+  };
+  for (const auto& part : kParts) {
+    time_row(part.label, all.*part.field, Percent(all.*part.field, total_seconds), decode.*part.field);
   }
-  std::fprintf(out, "  %-16s %14s %8s %14s", "total", Fixed(total_seconds, 3).c_str(),
-               total_seconds > 0 ? "100.0%" : "-",
-               Duration(total_seconds / static_cast<double>(n)).c_str());
-  if (third) {
-    std::fprintf(out, " %18s", Duration(TotalSeconds(decode) / static_cast<double>(d)).c_str());
-  }
-  std::fprintf(out, "\n");
+  time_row("total", total_seconds, total_seconds > 0 ? "100.0%" : "-", TotalSeconds(decode));
   // The token's wall time against what the reads alone take: 1.00x means
   // everything else is hidden behind the device. Checksums run on the read
   // pipeline's thread, beside the compute.
@@ -312,15 +306,7 @@ void StreamStats::PrintSummary(std::FILE* out) const {
   } kOverlap[] = {{"wall", &TokenStats::wall_seconds},
                   {"reads alone", &TokenStats::read_seconds},
                   {"checksums", &TokenStats::checksum_seconds}};
-  for (const auto& part : kOverlap) {
-    const double seconds = all.*part.field;
-    std::fprintf(out, "  %-16s %14s %8s %14s", part.label, Fixed(seconds, 3).c_str(), "",
-                 Duration(seconds / static_cast<double>(n)).c_str());
-    if (third) {
-      std::fprintf(out, " %18s", Duration(decode.*part.field / static_cast<double>(d)).c_str());
-    }
-    std::fprintf(out, "\n");
-  }
+  for (const auto& part : kOverlap) time_row(part.label, all.*part.field, "", decode.*part.field);
   const TokenStats& basis = third ? decode : all;
   if (basis.read_seconds > 0) {
     std::fprintf(out, "  wall / reads alone: %.2fx%s\n", basis.wall_seconds / basis.read_seconds,
