@@ -19,6 +19,7 @@
 #include "base/checked_math.h"
 #include "base/crc32c.h"
 #include "base/error.h"
+#include "base/output_file.h"
 #include "formats/bundle.h"
 
 namespace sparrow::bundle {
@@ -330,52 +331,42 @@ class Fd {
   int fd_;
 };
 
-// The temporary file beside the target (same file system, so the rename is
-// atomic), created exclusively, removed unless Commit() renamed it.
-class TempFile {
+// The shared temporary file (base/output_file.h), with this writer's
+// messages: they say the bundle is unchanged.
+class CalibrationTemp {
  public:
-  TempFile(const std::string& target, mode_t mode) : target_(target) {
-    static std::atomic<unsigned> counter{0};
-    int fd = -1;
-    for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
-      path_ = StrCat(target, ".tmp.", ::getpid(), ".", counter++);
-      fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-      if (fd < 0 && errno != EEXIST) break;
+  CalibrationTemp(const std::string& target, mode_t mode) : target_(target) {
+    try {
+      file_ = std::make_unique<TempFile>(target, O_WRONLY, mode);
+    } catch (const InputError& e) {
+      Fail(e.what());
     }
-    if (fd < 0) Fail("cannot create '" + path_ + "'", errno);
-    fd_ = std::make_unique<Fd>(fd);
   }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    fd_.reset();
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  int fd() const { return fd_->get(); }
-  const std::string& path() const { return path_; }
+  int fd() const { return file_->fd(); }
+  const std::string& path() const { return file_->path(); }
 
   void Commit() {
-    if (::fsync(fd()) != 0) Fail("cannot sync '" + path_ + "'", errno);
-    if (fd_->Close() != 0) Fail("cannot write '" + path_ + "'", errno);
-    if (::rename(path_.c_str(), target_.c_str()) != 0) {
-      Fail("cannot rename '" + path_ + "' over it", errno);
+    try {
+      file_->Commit();
+    } catch (const InputError& e) {
+      Fail(e.what());
     }
-    committed_ = true;
   }
 
   [[noreturn]] void Fail(const std::string& what, int err) const {
-    ThrowInputError("cannot store the calibration in '", target_, "': ", what, ": ",
-                    std::strerror(err), " (the bundle is unchanged)");
+    Fail(what + ": " + std::strerror(err));
+  }
+  [[noreturn]] void Fail(const std::string& what) const {
+    ThrowInputError("cannot store the calibration in '", target_, "': ", what,
+                    " (the bundle is unchanged)");
   }
 
  private:
   std::string target_;
-  std::string path_;
-  std::unique_ptr<Fd> fd_;
-  bool committed_ = false;
+  std::unique_ptr<TempFile> file_;
 };
 
-void WriteFully(const TempFile& out, const uint8_t* data, size_t n, uint64_t offset) {
+void WriteFully(const CalibrationTemp& out, const uint8_t* data, size_t n, uint64_t offset) {
   while (n > 0) {
     const ssize_t put = ::pwrite(out.fd(), data, n, static_cast<off_t>(offset));
     if (put < 0) {
@@ -392,7 +383,7 @@ void WriteFully(const TempFile& out, const uint8_t* data, size_t n, uint64_t off
 // (or the file system: reflinks, server-side copies) do it without a trip
 // through user space; where it cannot (across file systems, old kernels,
 // libcs without it) plain reads and writes take over where it stopped.
-void CopyPrefix(int in, const TempFile& out, uint64_t n, const std::string& source) {
+void CopyPrefix(int in, const CalibrationTemp& out, uint64_t n, const std::string& source) {
   uint64_t done = 0;
 #if defined(__GLIBC__)
   while (done < n) {
@@ -460,7 +451,7 @@ void CheckCalibrationWritable(const Bundle& bundle) {
     ThrowInputError("cannot store the calibration in '", path, "': ", std::strerror(err),
                     " (the bundle is unchanged)");
   }
-  const TempFile probe(path, 0600);  // removed again at once
+  const CalibrationTemp probe(path, 0600);  // removed again at once
 }
 
 void WriteCalibration(const Bundle& bundle, const Calibration& calibration) {
@@ -479,7 +470,7 @@ void WriteCalibration(const Bundle& bundle, const Calibration& calibration) {
     ThrowInputError("cannot stat '", path, "': ", std::strerror(err));
   }
 
-  TempFile out(path, st.st_mode & 0777);
+  CalibrationTemp out(path, st.st_mode & 0777);
   // The replacement keeps the bundle's mode and, where allowed, its owner
   // (a non-root user cannot give a file away; the mode is what matters).
   (void)::fchmod(out.fd(), st.st_mode & 07777);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/mapped_file.h"
+#include "base/output_file.h"
 #include "formats/tensor_type.h"
 
 namespace sparrow::gguf {
@@ -206,7 +207,7 @@ class GgufWriter {
   void WriteHeader();
 
   std::string path_;
-  std::string tmp_path_;
+  std::unique_ptr<TempFile> tmp_;  // when writing to a path of its own
   std::FILE* file_ = nullptr;
   bool owns_file_ = true;
   uint64_t alignment_;

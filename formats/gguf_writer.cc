@@ -103,33 +103,19 @@ GgufWriter::GgufWriter(std::FILE* file, std::string name, uint64_t alignment)
 GgufWriter::GgufWriter(std::string path, uint64_t alignment)
     : path_(std::move(path)), alignment_(alignment) {
   CheckAlignment(path_, alignment_);
-  // A unique name beside the target, so the final rename stays within one
-  // file system; O_EXCL so two writers never share a temporary file.
-  static std::atomic<unsigned> counter{0};
-  int fd = -1;
-  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
-    tmp_path_ = StrCat(path_, ".tmp.", ::getpid(), ".", counter++);
-    fd = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  if (fd < 0) {
-    const int err = errno;
-    ThrowInputError("cannot create '", tmp_path_, "' to write '", path_,
-                    "': ", std::strerror(err));
-  }
-  file_ = ::fdopen(fd, "wb");
+  tmp_ = std::make_unique<TempFile>(path_);
+  file_ = ::fdopen(tmp_->fd(), "wb");
   if (file_ == nullptr) {
     const int err = errno;
-    ::close(fd);
-    ::unlink(tmp_path_.c_str());
     ThrowInputError("cannot write '", path_, "': ", std::strerror(err));
   }
+  (void)tmp_->ReleaseFd();  // the stream owns it now
   std::setvbuf(file_, nullptr, _IOFBF, kBufferBytes);
 }
 
 GgufWriter::~GgufWriter() {
   if (file_ != nullptr && owns_file_) std::fclose(file_);
-  if (!finished_ && !tmp_path_.empty()) ::unlink(tmp_path_.c_str());
+  // tmp_ removes the temporary file unless Finish() committed it.
 }
 
 void GgufWriter::Add(std::string key, Value value) {
@@ -283,6 +269,14 @@ void GgufWriter::WriteHeader() {
   }
   uint64_t data_offset = 0;
   if (!CheckedAlignUp(out.written(), alignment_, &data_offset)) Misuse(path_, "header too large");
+  if (tmp_ != nullptr && !tensors_.empty()) {
+    // The whole file's size is known now: refuse before writing gigabytes
+    // into a file system that cannot hold them.
+    const uint64_t data = tensors_.back().offset + tensors_.back().n_bytes;
+    uint64_t total = 0;
+    if (!CheckedAdd(data_offset, data, &total)) ThrowInputError(path_, ": data size overflows");
+    CheckFreeSpace(path_, total);
+  }
   out.Zeros(data_offset - out.written());
   header_written_ = true;
   current_tensor_ = 0;
@@ -356,10 +350,7 @@ void GgufWriter::Finish() {
     err = errno;
   }
   if (!ok) ThrowInputError("cannot write '", path_, "': ", std::strerror(err));
-  if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    err = errno;
-    ThrowInputError("cannot rename '", tmp_path_, "' to '", path_, "': ", std::strerror(err));
-  }
+  tmp_->Commit();
   finished_ = true;
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/output_file.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 #include "src/runtime/budget.h"
@@ -39,29 +40,20 @@ std::string SizeLabel(uint64_t bytes) {
   return StrCat(bytes);
 }
 
-void WriteCsv(const std::string& path, const std::string& mode,
-              const std::vector<ProbeCell>& cells) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) ThrowInputError("cannot write '", tmp, "'");
-  std::fprintf(f, "io,read_bytes,threads,seconds,reads,bytes,mb_per_s,iops,mean_latency_us,"
-                  "p50_latency_us,p99_latency_us\n");
+std::string ProbeCsv(const std::string& mode, const std::vector<ProbeCell>& cells) {
+  std::string out =
+      "io,read_bytes,threads,seconds,reads,bytes,mb_per_s,iops,mean_latency_us,"
+      "p50_latency_us,p99_latency_us\n";
   for (const ProbeCell& c : cells) {
-    std::fprintf(f, "%s,%llu,%d,%.4f,%llu,%llu,%.2f,%.1f,%.2f,%.2f,%.2f\n", mode.c_str(),
-                 static_cast<unsigned long long>(c.read_bytes), c.threads, c.seconds,
-                 static_cast<unsigned long long>(c.reads),
-                 static_cast<unsigned long long>(c.bytes), c.mb_per_s, c.iops,
-                 c.mean_latency_us, c.p50_latency_us, c.p99_latency_us);
+    char line[512];
+    std::snprintf(line, sizeof(line), "%s,%llu,%d,%.4f,%llu,%llu,%.2f,%.1f,%.2f,%.2f,%.2f\n",
+                  mode.c_str(), static_cast<unsigned long long>(c.read_bytes), c.threads,
+                  c.seconds, static_cast<unsigned long long>(c.reads),
+                  static_cast<unsigned long long>(c.bytes), c.mb_per_s, c.iops,
+                  c.mean_latency_us, c.p50_latency_us, c.p99_latency_us);
+    out += line;
   }
-  const bool ok = std::fflush(f) == 0 && !std::ferror(f);
-  if (std::fclose(f) != 0 || !ok) {
-    std::remove(tmp.c_str());
-    ThrowInputError("cannot write '", tmp, "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    ThrowInputError("cannot rename '", tmp, "' to '", path, "'");
-  }
+  return out;
 }
 
 }  // namespace
@@ -103,6 +95,7 @@ int ProbeIoCommand(int argc, char** argv) {
   const double seconds = RealOption(args, "seconds");
   if (!(seconds > 0 && seconds <= 3600)) ThrowInputError("--seconds: must be in (0, 3600]");
 
+  if (args.count("csv")) CheckWritable(args["csv"].as<std::string>(), "--csv");
   IoProbe probe(path, io == "direct");
   for (uint64_t s : sizes) {
     if (s > probe.file_size()) {
@@ -156,7 +149,7 @@ int ProbeIoCommand(int argc, char** argv) {
   }
   if (args.count("csv")) {
     const std::string csv = args["csv"].as<std::string>();
-    WriteCsv(csv, mode, cells);
+    WriteFileAtomically(csv, ProbeCsv(mode, cells), "--csv");
     std::printf("wrote %s\n", csv.c_str());
   }
   return 0;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/output_file.h"
 #include "base/timer.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
@@ -89,16 +90,6 @@ DecodeFigures Decode(const LoadedModel& loaded, const std::vector<int32_t>& prom
   return f;
 }
 
-void WriteText(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) ThrowInputError("cannot write '", tmp, "'");
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
-  if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    ThrowInputError("cannot write '", path, "'");
-  }
-}
 
 std::string Cell(double v, const char* format) {
   if (!std::isfinite(v)) return "-";
@@ -138,6 +129,13 @@ int TradeoffCommand(int argc, char** argv) {
   ApplyEngineOptions(args);
   if (!args.count("model")) ThrowInputError("missing required option --model");
   const std::vector<std::string> models = args["model"].as<std::vector<std::string>>();
+  if (args.count("output")) {
+    // Checked now, not after a sweep of many minutes whose results would be lost.
+    const std::string prefix = args["output"].as<std::string>();
+    for (const char* suffix : {".csv", "-ppl-density.svg", "-ppl-speed.svg"}) {
+      CheckWritable(prefix + suffix, "-o");
+    }
+  }
   const std::string text = ReadTextFile(Require(args, "file"));
   const int ctx = args["ctx-size"].as<int>();
   const int chunks = args["chunks"].as<int>();
@@ -275,9 +273,9 @@ int TradeoffCommand(int argc, char** argv) {
   if (args.count("output")) {
     const std::string prefix = args["output"].as<std::string>();
     const std::string title = models.front().substr(models.front().find_last_of('/') + 1);
-    WriteText(prefix + ".csv", TradeoffCsv(points));
-    WriteText(prefix + "-ppl-density.svg", PerplexityVsDensitySvg(points, title));
-    WriteText(prefix + "-ppl-speed.svg", PerplexityVsSpeedSvg(points, title));
+    WriteFileAtomically(prefix + ".csv", TradeoffCsv(points), "the CSV");
+    WriteFileAtomically(prefix + "-ppl-density.svg", PerplexityVsDensitySvg(points, title), "a plot");
+    WriteFileAtomically(prefix + "-ppl-speed.svg", PerplexityVsSpeedSvg(points, title), "a plot");
     std::fprintf(stderr, "wrote %s.csv, %s-ppl-density.svg, %s-ppl-speed.svg\n", prefix.c_str(),
                  prefix.c_str(), prefix.c_str());
   }

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "base/error.h"
+#include "base/output_file.h"
 #include "src/runtime/budget.h"
 
 namespace sparrow {
@@ -140,37 +141,6 @@ std::string JsonRecord(size_t index, const TokenStats& s) {
                 ",\"prefetched_units\":", s.prefetched_units, ",\"prefetch_used\":", s.prefetch_used,
                 ",\"overlap_units\":", s.overlap_units, ",\"overlap_kept\":", s.overlap_kept,
                 ",\"groups\":[", JsonGroups(s.groups), "]}");
-}
-
-[[noreturn]] void ThrowWriteError(const std::string& path, int err) {
-  ThrowInputError("cannot write stats JSON '", path, "': ", std::strerror(err));
-}
-
-// Writes `text` to `path` through a temporary file in the same directory
-// and a rename, so `path` is replaced whole or not at all.
-void WriteFileAtomically(const std::string& path, const std::string& text) {
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = StrCat(path, ".tmp.", ::getpid(), ".", counter++);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) ThrowWriteError(path, errno);
-  int err = 0;
-  for (size_t done = 0; done < text.size() && err == 0;) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-    } else if (n < 0 && errno != EINTR) {
-      err = errno;
-    } else if (n == 0) {
-      err = EIO;
-    }
-  }
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    ThrowWriteError(path, err);
-  }
 }
 
 }  // namespace
@@ -322,7 +292,7 @@ void StreamStats::WriteJson(const std::string& path) const {
     text += JsonRecord(i, history_[i]);
   }
   text += history_.empty() ? "]}\n" : "\n]}\n";
-  WriteFileAtomically(path, text);
+  WriteFileAtomically(path, text, "stats JSON");
 }
 
 }  // namespace sparrow
