@@ -33,10 +33,11 @@ void AdviseExactReads(int fd) {
 #endif
 }
 
-// An open file descriptor, closed on scope exit.
-class FileHandle {
+}  // namespace
+
+class BundleFile {
  public:
-  explicit FileHandle(const std::string& path) : path_(path) {
+  explicit BundleFile(const std::string& path) : path_(path) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) {
       const int err = errno;
@@ -44,9 +45,11 @@ class FileHandle {
     }
     AdviseExactReads(fd_);
   }
-  FileHandle(const FileHandle&) = delete;
-  FileHandle& operator=(const FileHandle&) = delete;
-  ~FileHandle() { ::close(fd_); }
+  BundleFile(const BundleFile&) = delete;
+  BundleFile& operator=(const BundleFile&) = delete;
+  ~BundleFile() { ::close(fd_); }
+
+  int fd() const { return fd_; }
 
   uint64_t Size() const {
     struct stat st {};
@@ -97,6 +100,10 @@ class FileHandle {
   std::string path_;
   int fd_ = -1;
 };
+
+int Bundle::fd() const { return file_->fd(); }
+
+namespace {
 
 uint32_t LoadLE32(const uint8_t* p) {
   return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) |
@@ -177,7 +184,7 @@ uint32_t ModelDim(const gguf::GgufFile& header, const std::string& path,
 // The calibration trailer after the bundle's declared end. A broken one
 // makes the file unusable (it would silently change how runs prune), so it
 // is refused, with how to drop it: the bundle's own bytes are intact.
-Calibration ReadCalibrationTrailer(const FileHandle& file, const Bundle& b) {
+Calibration ReadCalibrationTrailer(const BundleFile& file, const Bundle& b) {
   const uint64_t extra = b.file_size() - b.bundle_bytes();
   const std::string drop = StrCat("; `truncate -s ", b.bundle_bytes(), " ", b.path(),
                                   "` drops it and keeps the bundle");
@@ -193,6 +200,18 @@ Calibration ReadCalibrationTrailer(const FileHandle& file, const Bundle& b) {
   } catch (const InputError& e) {
     throw InputError(e.what() + drop);
   }
+}
+
+// Not the bundle magic, but a damaged copy of it: most of its bytes, or a
+// .sparrow file that is not a GGUF either.
+bool DamagedBundleMagic(const uint8_t* magic, const std::string& path) {
+  if (std::memcmp(magic, "GGUF", 4) == 0) return false;
+  int same = 0;
+  for (size_t i = 0; i < sizeof(kMagic); ++i) same += magic[i] == static_cast<uint8_t>(kMagic[i]);
+  const std::string_view suffix = ".sparrow";
+  const bool named = path.size() >= suffix.size() &&
+                     std::string_view(path).substr(path.size() - suffix.size()) == suffix;
+  return same >= 5 || named;
 }
 
 std::string GroupName(const UnitGroup& g) {
@@ -290,33 +309,47 @@ UnitGroup GroupGeometry(uint32_t layer, RecordKind kind, uint32_t d_model, uint3
   return g;
 }
 
-void SealRecord(const UnitGroup& group, uint8_t* record) {
+uint32_t RecordSeed(uint64_t bundle_id, const UnitGroup& group, uint32_t unit) {
+  uint8_t place[20];
+  for (int i = 0; i < 8; ++i) place[i] = static_cast<uint8_t>(bundle_id >> (8 * i));
+  const uint32_t words[3] = {group.layer, static_cast<uint32_t>(group.kind), unit};
+  for (int w = 0; w < 3; ++w) {
+    for (int i = 0; i < 4; ++i) place[8 + 4 * w + i] = static_cast<uint8_t>(words[w] >> (8 * i));
+  }
+  return Crc32c(place, sizeof(place));
+}
+
+void SealRecord(const UnitGroup& group, uint64_t bundle_id, uint32_t unit, uint8_t* record) {
   const uint32_t crc_at = group.record_bytes - kRecordCrcBytes;
   std::memset(record + group.payload_bytes, 0, crc_at - group.payload_bytes);
-  const uint32_t crc = Crc32c(record, crc_at);
+  const uint32_t crc = Crc32c(record, crc_at, RecordSeed(bundle_id, group, unit));
   for (uint32_t i = 0; i < 4; ++i) record[crc_at + i] = static_cast<uint8_t>(crc >> (8 * i));
 }
 
-bool RecordCrcMatches(const UnitGroup& group, const uint8_t* record) {
+bool RecordCrcMatches(const UnitGroup& group, uint64_t bundle_id, uint32_t unit,
+                      const uint8_t* record) {
   const uint32_t crc_at = group.record_bytes - kRecordCrcBytes;
-  return Crc32c(record, crc_at) == LoadLE32(record + crc_at);
+  return Crc32c(record, crc_at, RecordSeed(bundle_id, group, unit)) == LoadLE32(record + crc_at);
 }
 
 bool Bundle::LooksLikeBundle(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   AdviseExactReads(fd);
-  char magic[sizeof(kMagic)];
+  uint8_t magic[sizeof(kMagic)];
   const ssize_t got = ::pread(fd, magic, sizeof(magic), 0);
   ::close(fd);
-  return got == static_cast<ssize_t>(sizeof(magic)) &&
-         std::memcmp(magic, kMagic, sizeof(magic)) == 0;
+  if (got != static_cast<ssize_t>(sizeof(magic))) return false;
+  // A bundle whose magic was damaged is still a bundle (Open() then says
+  // so), not "not a GGUF".
+  return std::memcmp(magic, kMagic, sizeof(magic)) == 0 || DamagedBundleMagic(magic, path);
 }
 
 Bundle Bundle::Open(const std::string& path) {
   Bundle b;
   b.path_ = path;
-  const FileHandle file(path);
+  b.file_ = std::make_shared<const BundleFile>(path);
+  const BundleFile& file = *b.file_;
   b.file_size_ = file.Size();
 
   // Fixed header.
@@ -327,11 +360,21 @@ Bundle Bundle::Open(const std::string& path) {
   uint8_t fixed[kFixedHeaderBytes];
   file.ReadAt(fixed, sizeof(fixed), 0, "fixed header");
   if (std::memcmp(fixed, kMagic, sizeof(kMagic)) != 0) {
+    if (DamagedBundleMagic(fixed, path)) {
+      ThrowInputError(path, ": damaged Sparrow bundle: its first 8 bytes are '",
+                      gguf::Printable(std::string(reinterpret_cast<const char*>(fixed), 8)),
+                      "', not the bundle magic 'SPRWBNDL'");
+    }
     const bool gguf = std::memcmp(fixed, "GGUF", 4) == 0;
     ThrowInputError(path, ": not a Sparrow bundle (bad magic",
                     gguf ? "; it is a GGUF file" : "", ")");
   }
   const uint32_t version = LoadLE32(fixed + 8);
+  if (version == 1) {
+    ThrowInputError(path, ": bundle version 1 was written by an older Sparrow (its records are "
+                    "not bound to their place); re-convert it: sparrow convert -m SOURCE.gguf -o ",
+                    path, " --force");
+  }
   if (version != kVersion) {
     ThrowInputError(path, ": bundle version ", version,
                     " is not supported (this build reads version ", kVersion, ")");
@@ -354,12 +397,13 @@ Bundle Bundle::Open(const std::string& path) {
                     ", computed ", Hex32(crc), "): the bundle header is corrupted");
   }
   for (size_t i = 12; i < 60; ++i) {
-    if ((i < 16 || i >= 24) && fixed[i] != 0) {
+    if ((i < 16 || i >= 32) && fixed[i] != 0) {
       ThrowInputError(path, ": bundle header has unknown flags (byte ", i,
                       " is not zero); written by a newer Sparrow?");
     }
   }
   b.header_bytes_ = header_end;
+  b.bundle_id_ = LoadLE64(fixed + 24);
   b.header_ = std::make_shared<gguf::GgufFile>(
       gguf::GgufFile::FromBytes(std::move(body), path + " (bundle header)"));
   const gguf::GgufFile& header = *b.header_;
@@ -509,7 +553,7 @@ const UnitGroup* Bundle::FindGroup(uint32_t layer, RecordKind kind) const {
 }
 
 gguf::GgufFile Bundle::LoadResident() const {
-  const FileHandle file(path_);
+  const BundleFile& file = *file_;
   std::vector<uint8_t> bytes(resident_bytes_);
   file.ReadAt(bytes.data(), bytes.size(), resident_offset_, "resident section",
               /*uncached=*/true);
@@ -527,7 +571,7 @@ void Bundle::VerifyAll(const std::function<void(uint64_t, uint64_t)>& progress) 
   LoadResident();
   done += resident_bytes_;
   if (progress) progress(done, total);
-  const FileHandle file(path_);
+  const BundleFile& file = *file_;
   std::vector<uint8_t> buffer;
   for (const UnitGroup& g : groups_) {
     std::vector<uint32_t> unit_of_slot(g.n_units);
@@ -548,11 +592,12 @@ void Bundle::VerifyAll(const std::function<void(uint64_t, uint64_t)>& progress) 
 }
 
 void Bundle::VerifyRecord(const UnitGroup& group, uint32_t unit, const uint8_t* record) const {
-  if (RecordCrcMatches(group, record)) return;
+  if (RecordCrcMatches(group, bundle_id_, unit, record)) return;
   ThrowInputError(path_, ": record checksum mismatch in layer ", group.layer, " ",
                   RecordKindName(group.kind), " unit ", unit, " (file offset ",
                   unit < group.slot_of_unit.size() ? group.UnitOffset(unit) : 0,
-                  "): the bundle is corrupted");
+                  "): the bundle is corrupted, or the record belongs to another place or "
+                  "another bundle");
 }
 
 }  // namespace sparrow::bundle

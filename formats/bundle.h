@@ -8,7 +8,9 @@
 //                    [8, 12)  u32 version (kVersion)
 //                    [12, 16) zero
 //                    [16, 24) u64 H, the end of the header region
-//                    [24, 60) zero
+//                    [24, 32) u64 bundle id: random, drawn when the bundle
+//                             is written; seeds every record's CRC
+//                    [32, 60) zero
 //                    [60, 64) u32 CRC32C of bytes [0, 60) followed by [64, H)
 //   [64, H)        header body: a GGUF image holding metadata only: the
 //                  model's metadata and tokenizer (same keys as the source
@@ -21,7 +23,11 @@
 //                  is loaded
 //   per layer and record kind, an FFN section of fixed-size records; each
 //   record ends with the CRC32C of everything before it in the record
-//   (payload and zero padding), checked whenever it is read.
+//   (payload and zero padding), checked whenever it is read. The CRC starts
+//   from RecordSeed(bundle id, layer, kind, unit), so a record is valid only
+//   in its own place of its own bundle: a record copied from another bundle
+//   of the same shape, or a header whose offsets or permutations point at
+//   another record, fails the check instead of being computed.
 // Sections follow each other in that order, each on a 4096-byte boundary,
 // gaps zero-filled; the bundle is padded to a multiple of 4096 bytes,
 // sparrow.file_bytes in all. The file ends there, or is followed by exactly
@@ -58,7 +64,9 @@
 namespace sparrow::bundle {
 
 inline constexpr char kMagic[8] = {'S', 'P', 'R', 'W', 'B', 'N', 'D', 'L'};
-inline constexpr uint32_t kVersion = 1;
+// Version 2: records' CRCs are seeded with their place (version 1 bundles
+// are refused with a "re-convert" message).
+inline constexpr uint32_t kVersion = 2;
 inline constexpr uint64_t kSectionAlignment = 4096;
 inline constexpr uint32_t kRecordCrcBytes = 4;
 inline constexpr uint64_t kFixedHeaderBytes = 64;
@@ -133,21 +141,37 @@ struct UnitGroup {
 UnitGroup GroupGeometry(uint32_t layer, RecordKind kind, uint32_t d_model,
                         uint32_t d_ff, TensorType record_type);
 
+// The initial CRC of the record of `unit` in `group` of the bundle with this
+// id: binds the record's checksum to its place.
+uint32_t RecordSeed(uint64_t bundle_id, const UnitGroup& group, uint32_t unit);
 // Zeroes the padding after the payload and stores the record's CRC32C in
 // its last 4 bytes (writers); RecordCrcMatches checks it (readers).
-void SealRecord(const UnitGroup& group, uint8_t* record);
-bool RecordCrcMatches(const UnitGroup& group, const uint8_t* record);
+void SealRecord(const UnitGroup& group, uint64_t bundle_id, uint32_t unit, uint8_t* record);
+bool RecordCrcMatches(const UnitGroup& group, uint64_t bundle_id, uint32_t unit,
+                      const uint8_t* record);
+
+// The bundle's file, opened once by Bundle::Open and kept open: every later
+// read (resident section, records, loaders) goes through this descriptor,
+// so a file renamed over the path while a model runs is never mixed in.
+class BundleFile;
 
 class Bundle {
  public:
-  // Reads and validates the fixed header and the header body (CRC32C,
-  // structure, section bounds against the file size), and the calibration
-  // trailer when the file has one. Reads nothing else.
+  // Opens the file (once: see BundleFile), reads and validates the fixed
+  // header and the header body (CRC32C, structure, section bounds against
+  // the file size), and the calibration trailer when the file has one.
+  // Reads nothing else.
   static Bundle Open(const std::string& path);
   // True when the file starts with the bundle magic (for format detection).
   static bool LooksLikeBundle(const std::string& path);
 
   const std::string& path() const { return path_; }
+  // The descriptor Open() read the header through, open as long as any copy
+  // of this Bundle lives. Loaders read records through it (or reopen the
+  // same file through it), never through the path.
+  int fd() const;
+  // The random id written in the fixed header (seeds the record CRCs).
+  uint64_t bundle_id() const { return bundle_id_; }
   // The whole file, calibration trailer included.
   uint64_t file_size() const { return file_size_; }
   // The bundle's own bytes (sparrow.file_bytes): where a trailer starts.
@@ -194,6 +218,8 @@ class Bundle {
  private:
   Bundle() = default;
   std::string path_;
+  std::shared_ptr<const BundleFile> file_;
+  uint64_t bundle_id_ = 0;
   uint64_t file_size_ = 0;
   uint64_t bundle_bytes_ = 0;
   uint32_t header_crc_ = 0;

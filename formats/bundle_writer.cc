@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <random>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -30,6 +31,14 @@ bool Exists(const std::string& path) {
 }
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Distinct for every bundle ever written (64 random bits), never zero.
+uint64_t RandomBundleId() {
+  std::random_device device;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{device()} << 32) ^ device();
+  return id;
+}
 
 gguf::Value UIntArray(gguf::ValueType type, const std::vector<uint64_t>& values) {
   gguf::Array array;
@@ -53,33 +62,22 @@ BundleWriter::BundleWriter(std::string path, bool overwrite)
   if (!overwrite_ && Exists(path_)) {
     ThrowInputError("'", path_, "' exists (use --force to overwrite)");
   }
-  // Beside the target so the rename stays on one file system; O_EXCL so two
-  // writers never share a temporary file.
-  static std::atomic<unsigned> counter{0};
-  for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
-    tmp_path_ = StrCat(path_, ".tmp.", ::getpid(), ".", counter++);
-    fd_ = ::open(tmp_path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd_ < 0 && errno != EEXIST) break;
-  }
-  if (fd_ < 0) {
-    const int err = errno;
-    ThrowInputError("cannot create '", tmp_path_, "' to write '", path_, "': ",
-                    std::strerror(err));
-  }
+  tmp_ = std::make_unique<TempFile>(path_, O_RDWR);
+  fd_ = tmp_->fd();
   file_ = ::fdopen(fd_, "w+b");
   if (file_ == nullptr) {
     const int err = errno;
-    ::close(fd_);
-    ::unlink(tmp_path_.c_str());
     ThrowInputError("cannot write '", path_, "': ", std::strerror(err));
   }
+  (void)tmp_->ReleaseFd();  // the stream owns it now
+  bundle_id_ = RandomBundleId();
   std::setvbuf(file_, nullptr, _IOFBF, kFileBufferBytes);
 }
 
 BundleWriter::~BundleWriter() {
   resident_.reset();
   if (file_ != nullptr) std::fclose(file_);
-  if (stage_ != Stage::kDone) ::unlink(tmp_path_.c_str());
+  // tmp_ removes the temporary file unless Finish() committed it.
 }
 
 void BundleWriter::Misuse(const std::string& what) const {
@@ -89,7 +87,7 @@ void BundleWriter::Misuse(const std::string& what) const {
 void BundleWriter::Seek(uint64_t offset) {
   if (::fseeko(file_, static_cast<off_t>(offset), SEEK_SET) != 0) {
     const int err = errno;
-    ThrowInputError("cannot write '", tmp_path_, "': ", std::strerror(err));
+    ThrowInputError("cannot write '", path_, "': ", std::strerror(err));
   }
 }
 
@@ -97,7 +95,7 @@ uint64_t BundleWriter::Position() {
   const off_t pos = ::ftello(file_);
   if (pos < 0) {
     const int err = errno;
-    ThrowInputError("cannot write '", tmp_path_, "': ", std::strerror(err));
+    ThrowInputError("cannot write '", path_, "': ", std::strerror(err));
   }
   return static_cast<uint64_t>(pos);
 }
@@ -105,7 +103,7 @@ uint64_t BundleWriter::Position() {
 void BundleWriter::Write(const void* data, size_t bytes) {
   if (bytes != 0 && std::fwrite(data, 1, bytes, file_) != bytes) {
     const int err = errno;
-    ThrowInputError("cannot write '", tmp_path_, "': ", std::strerror(err));
+    ThrowInputError("cannot write '", path_, "': ", std::strerror(err));
   }
 }
 
@@ -123,7 +121,7 @@ void BundleWriter::PadTo(uint64_t offset) {
 uint32_t BundleWriter::ReadBackCrc(uint64_t offset, uint64_t bytes, uint32_t crc) {
   if (std::fflush(file_) != 0) {
     const int err = errno;
-    ThrowInputError("cannot write '", tmp_path_, "': ", std::strerror(err));
+    ThrowInputError("cannot write '", path_, "': ", std::strerror(err));
   }
   AlignedBuffer<uint8_t> buffer(kFileBufferBytes);
   while (bytes > 0) {
@@ -132,7 +130,7 @@ uint32_t BundleWriter::ReadBackCrc(uint64_t offset, uint64_t bytes, uint32_t crc
     if (got <= 0) {
       if (got < 0 && errno == EINTR) continue;
       const int err = got < 0 ? errno : EIO;
-      ThrowInputError("cannot read back '", tmp_path_, "': ", std::strerror(err));
+      ThrowInputError("cannot read back '", tmp_->path(), "': ", std::strerror(err));
     }
     crc = Crc32c(buffer.data(), static_cast<size_t>(got), crc);
     offset += static_cast<uint64_t>(got);
@@ -255,6 +253,9 @@ void BundleWriter::EndResident() {
     pos = AlignUp(pos + g.section_bytes(), kSectionAlignment);
   }
   total_ = pos;
+  // The rest of the file's size is known now (the records): refuse before
+  // writing them into a file system that cannot hold them.
+  CheckFreeSpace(path_, total_ - end);
   PadTo(groups_.empty() ? total_ : groups_.front().offset);
   group_ = 0;
   group_done_ = 0;
@@ -270,7 +271,13 @@ void BundleWriter::AppendRecords(uint8_t* records, size_t count) {
   const UnitGroup* g = NextGroup();
   if (g == nullptr) Misuse("AppendRecords() with no group expecting records");
   if (count > g->n_units - group_done_) Misuse("AppendRecords(): more records than the group has");
-  for (size_t i = 0; i < count; ++i) SealRecord(*g, records + i * g->record_bytes);
+  if (group_done_ == 0) {
+    unit_of_slot_.assign(g->n_units, 0);
+    for (uint32_t u = 0; u < g->n_units; ++u) unit_of_slot_[g->slot_of_unit[u]] = u;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    SealRecord(*g, bundle_id_, unit_of_slot_[group_done_ + i], records + i * g->record_bytes);
+  }
   Write(records, count * g->record_bytes);
   group_done_ += static_cast<uint32_t>(count);
   if (group_done_ == g->n_units) {
@@ -291,6 +298,7 @@ void BundleWriter::Finish() {
   std::memcpy(fixed, kMagic, sizeof(kMagic));
   StoreLE(fixed + 8, kVersion, 4);
   StoreLE(fixed + 16, header_end_, 8);
+  StoreLE(fixed + 24, bundle_id_, 8);
   const uint32_t crc =
       ReadBackCrc(kFixedHeaderBytes, header_end_ - kFixedHeaderBytes, Crc32c(fixed, 60));
   StoreLE(fixed + 60, crc, 4);
@@ -309,14 +317,11 @@ void BundleWriter::Finish() {
     ok = false;
     err = errno;
   }
-  if (!ok) ThrowInputError("cannot write '", tmp_path_, "': ", std::strerror(err));
+  if (!ok) ThrowInputError("cannot write '", path_, "': ", std::strerror(err));
   if (!overwrite_ && Exists(path_)) {
     ThrowInputError("'", path_, "' appeared while converting (use --force to overwrite)");
   }
-  if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    err = errno;
-    ThrowInputError("cannot rename '", tmp_path_, "' to '", path_, "': ", std::strerror(err));
-  }
+  tmp_->Commit();
   stage_ = Stage::kDone;
 }
 

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "base/output_file.h"
 #include "formats/bundle.h"
 #include "formats/gguf.h"
 
@@ -86,10 +87,12 @@ class BundleWriter {
   [[noreturn]] void Misuse(const std::string& what) const;
 
   std::string path_;
-  std::string tmp_path_;
+  std::unique_ptr<TempFile> tmp_;
+  uint64_t bundle_id_ = 0;       // random, seeds the record CRCs
+  std::vector<uint32_t> unit_of_slot_;  // of the group being appended
   bool overwrite_ = false;
   std::FILE* file_ = nullptr;
-  int fd_ = -1;
+  int fd_ = -1;  // file_'s descriptor
   Stage stage_ = Stage::kMetadata;
 
   std::vector<gguf::KeyValue> metadata_;

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "base/aligned_buffer.h"
 #include "base/crc32c.h"
 #include "base/error.h"
 #include "formats/bundle.h"
@@ -31,6 +32,7 @@
 #include "simd/quantize.h"
 #include "src/convert.h"
 #include "src/model/config.h"
+#include "src/runtime/loader.h"
 #include "src/synth.h"
 #include "tests/error_test_util.h"
 
@@ -269,10 +271,13 @@ void CheckBundle(const std::string& source, const std::string& path, Layout layo
         REQUIRE(g->slot_of_unit[u] == u);
         const uint8_t* record = file.data() + g->UnitOffset(u);
         b.VerifyRecord(*g, u, record);
-        CHECK(Crc32c(record, g->record_bytes - 4) ==
+        CHECK(Crc32c(record, g->record_bytes - 4, bundle::RecordSeed(b.bundle_id(), *g, u)) ==
               (uint32_t{record[g->record_bytes - 4]} | uint32_t{record[g->record_bytes - 3]} << 8 |
                uint32_t{record[g->record_bytes - 2]} << 16 |
                uint32_t{record[g->record_bytes - 1]} << 24));
+        // Valid in its own place only.
+        CHECK_FALSE(bundle::RecordCrcMatches(*g, b.bundle_id() ^ 1, u, record));
+        CHECK_FALSE(bundle::RecordCrcMatches(*g, b.bundle_id(), (u + 1) % g->n_units, record));
         for (uint32_t p = 0; p < g->parts; ++p) {
           simd::DequantizeRowReference(type, record + p * g->part_bytes, g->part_padded_elems,
                                        got.data());
@@ -562,8 +567,11 @@ TEST_CASE("header contents are validated, not only checksummed") {
        },
        "expected u64"},
       {"a wrong version",
-       [&](std::vector<uint8_t>& v) { PutLE(v, 8, 2, 4); },
-       "version 2 is not supported"},
+       [&](std::vector<uint8_t>& v) { PutLE(v, 8, 3, 4); },
+       "version 3 is not supported"},
+      {"a version 1 bundle (records not bound to their place)",
+       [&](std::vector<uint8_t>& v) { PutLE(v, 8, 1, 4); },
+       "re-convert it"},
   };
   for (const Edit& e : edits) {
     CAPTURE(e.what);
@@ -579,6 +587,94 @@ TEST_CASE("header contents are validated, not only checksummed") {
   std::vector<uint8_t> same = original;
   Restamp(same);
   CHECK(same == original);
+}
+
+TEST_CASE("records are bound to their bundle and their place") {
+  TempDir dir;
+  ConvertOptions options;
+  options.layout = Layout::kNeuron;
+  options.record_type = TensorType::kQ8_0;
+  const std::string a_path = dir.File("a.sparrow"), b_path = dir.File("b.sparrow");
+  ConvertGgufToBundle(Stories(), a_path, options);
+  ConvertGgufToBundle(Stories(), b_path, options);
+  const std::vector<uint8_t> a = ReadAll(a_path), other = ReadAll(b_path);
+  const Bundle ba = Bundle::Open(a_path);
+  // Same source, same options: the same weights, but two bundles.
+  CHECK(ba.bundle_id() != Bundle::Open(b_path).bundle_id());
+  CHECK(ba.bundle_id() != 0);
+  const UnitGroup& g = *ba.FindGroup(1, RecordKind::kNeuron);
+  const std::string path = dir.File("edited.sparrow");
+
+  // A record of another bundle of the same shape, written over this one's
+  // (dd conv=notrunc): identical payload, refused.
+  {
+    std::vector<uint8_t> bytes = a;
+    const uint64_t at = g.UnitOffset(5);
+    REQUIRE(std::memcmp(bytes.data() + at, other.data() + at, g.payload_bytes) == 0);
+    std::memcpy(bytes.data() + at, other.data() + at, g.record_bytes);
+    WriteAll(path, bytes);
+    const std::string msg = ErrorOf([&] { Bundle::Open(path).VerifyAll(); });
+    CHECK(Contains(msg, "layer 1 neuron unit 5 "));
+    CHECK(Contains(msg, "another bundle"));
+  }
+  // A header whose group offsets were swapped (layers 1 and 2, same shape),
+  // checksum recomputed: every offset is in bounds, every record refused.
+  {
+    std::vector<uint8_t> bytes = a;
+    const uint64_t offsets = ValueOffset(bytes, bundle::keys::kGroupOffset) + 12;
+    const UnitGroup& g2 = *ba.FindGroup(2, RecordKind::kNeuron);
+    PutLE(bytes, offsets + 8 * 1, g2.offset, 8);
+    PutLE(bytes, offsets + 8 * 2, g.offset, 8);
+    Restamp(bytes);
+    WriteAll(path, bytes);
+    const Bundle swapped = Bundle::Open(path);
+    CHECK(swapped.FindGroup(1, RecordKind::kNeuron)->offset == g2.offset);
+    CHECK(Contains(ErrorOf([&] { swapped.VerifyAll(); }), "layer 1 neuron unit 0 "));
+  }
+  // Two units' slots swapped in a permutation: refused too.
+  {
+    std::vector<uint8_t> bytes = a;
+    const uint64_t perm = ValueOffset(bytes, bundle::keys::GroupPermutationKey(1)) + 12;
+    PutLE(bytes, perm, 1, 4);
+    PutLE(bytes, perm + 4, 0, 4);
+    Restamp(bytes);
+    WriteAll(path, bytes);
+    // Slot 0 now claims to hold unit 1.
+    CHECK(Contains(ErrorOf([&] { Bundle::Open(path).VerifyAll(); }), "layer 1 neuron unit 1 "));
+  }
+  Bundle::Open(a_path).VerifyAll();
+}
+
+TEST_CASE("an open bundle keeps reading its own file when the path is replaced") {
+  TempDir dir;
+  ConvertOptions options;
+  options.layout = Layout::kDip;
+  options.record_type = TensorType::kQ8_0;
+  const std::string path = dir.File("model.sparrow"), next = dir.File("next.sparrow");
+  ConvertGgufToBundle(Stories(), path, options);
+  options.record_type = TensorType::kF16;  // another bundle, same shape
+  ConvertGgufToBundle(Stories(), next, options);
+  const std::vector<uint8_t> original = ReadAll(path);
+  const Bundle b = Bundle::Open(path);
+  // `convert --force` or `mv` replaces the path while the model runs.
+  REQUIRE(::rename(next.c_str(), path.c_str()) == 0);
+  const gguf::GgufFile resident = b.LoadResident();  // the old resident section
+  CHECK(resident.tensors().size() > 0);
+  b.VerifyAll();                                      // and the old records
+  const UnitGroup& g = b.groups().back();
+  for (IoMode mode : {IoMode::kPread, IoMode::kDirect, IoMode::kMmap}) {
+    CAPTURE(IoModeName(mode));
+    std::unique_ptr<Loader> loader = MakeLoader(mode, LoaderSource(b.path(), b.fd()), 2);
+    const uint64_t begin = g.UnitOffset(3) / 4096 * 4096;
+    AlignedBuffer<uint8_t> buffer(8192, 4096);
+    loader->ReadAll({{begin, 8192, buffer.data()}});
+    const uint64_t within = g.UnitOffset(3) - begin;
+    REQUIRE(within + g.record_bytes <= 8192);
+    b.VerifyRecord(g, 3, buffer.data() + within);
+    CHECK(std::memcmp(buffer.data() + within, original.data() + g.UnitOffset(3), g.record_bytes) == 0);
+  }
+  // A fresh open sees the new file.
+  CHECK(Bundle::Open(path).record_type() == TensorType::kF16);
 }
 
 // ---- The writer's API: permutations, misuse ----------------------------

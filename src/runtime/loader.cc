@@ -57,7 +57,7 @@ std::string IoModeName(IoMode mode) {
   return "unknown";
 }
 
-std::unique_ptr<Loader> MakeLoader(IoMode mode, const std::string& path, int threads) {
+std::unique_ptr<Loader> MakeLoader(IoMode mode, const LoaderSource& path, int threads) {
   io::CheckThreadCount(threads);
   switch (mode) {
     case IoMode::kPread: return io::MakePreadLoader(path, threads);
@@ -87,17 +87,43 @@ FileDescriptor::~FileDescriptor() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-int OpenReadOnly(const std::string& path, int extra_flags) {
+namespace {
+
+int OpenPath(const std::string& path, int flags) {
   for (;;) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | extra_flags);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | flags);
     if (fd >= 0) return fd;
     if (errno != EINTR) return -errno;
   }
 }
 
-FileDescriptor OpenOrThrow(const std::string& path, int extra_flags) {
-  const int fd = OpenReadOnly(path, extra_flags);
-  if (fd < 0) ThrowInputError("cannot open '", path, "': ", std::strerror(-fd));
+bool SameFile(int a, int b) {
+  struct stat sa {}, sb {};
+  return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
+}  // namespace
+
+int OpenReadOnly(const LoaderSource& source, int extra_flags) {
+  if (source.fd < 0) return OpenPath(source.path, extra_flags);
+#if defined(__linux__)
+  // The same file as the descriptor, even if renamed, replaced or deleted
+  // since; ENOENT only where /proc is not mounted.
+  const int fd = OpenPath("/proc/self/fd/" + std::to_string(source.fd), extra_flags);
+  if (fd != -ENOENT) return fd;
+#endif
+  const int by_path = OpenPath(source.path, extra_flags);
+  if (by_path >= 0 && !SameFile(by_path, source.fd)) {
+    ::close(by_path);
+    ThrowInputError("'", source.path, "' was replaced by another file while in use; run again");
+  }
+  return by_path;
+}
+
+FileDescriptor OpenOrThrow(const LoaderSource& source, int extra_flags) {
+  const int fd = OpenReadOnly(source, extra_flags);
+  if (fd < 0) ThrowInputError("cannot open '", source.path, "': ", std::strerror(-fd));
   return FileDescriptor(fd);
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sparrow {
@@ -47,10 +48,21 @@ class Loader {
   virtual uint64_t memory_bytes() const = 0;
 };
 
-// Opens `path` for the given mode with `threads` I/O threads (or queue
+// The file a loader reads: its path (for messages) and, when the caller
+// already holds it open (a Bundle does), that descriptor. Loaders then open
+// the file the descriptor refers to, never whatever the path names now, so
+// a file renamed over the path while a model runs is never mixed in.
+struct LoaderSource {
+  LoaderSource(std::string file_path, int open_fd = -1)  // NOLINT: a path alone is a source
+      : path(std::move(file_path)), fd(open_fd) {}
+  LoaderSource(const char* file_path) : LoaderSource(std::string(file_path)) {}  // NOLINT
+  std::string path;
+  int fd = -1;
+};
+
+// Opens `source` for the given mode with `threads` I/O threads (or queue
 // depth, for io_uring). For kDirect, if the filesystem refuses O_DIRECT,
 // prints one warning line on stderr and falls back to kPread.
-std::unique_ptr<Loader> MakeLoader(IoMode mode, const std::string& path,
-                                   int threads);
+std::unique_ptr<Loader> MakeLoader(IoMode mode, const LoaderSource& source, int threads);
 
 }  // namespace sparrow

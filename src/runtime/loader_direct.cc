@@ -33,15 +33,16 @@ void WarnRefused(const std::string& path, const char* reason, const char* fallba
 
 void SimulateDirectRefusalForTesting(DirectRefusal refusal) { g_simulated_refusal.store(refusal); }
 
-DirectOpen OpenDirectOrWarn(const std::string& path, const char* fallback) {
+DirectOpen OpenDirectOrWarn(const LoaderSource& source, const char* fallback) {
+  const std::string& path = source.path;
   DirectOpen result;
 #if defined(O_DIRECT)
   const DirectRefusal simulated = g_simulated_refusal.load();
-  const int fd = simulated == DirectRefusal::kAtOpen ? -EINVAL : OpenReadOnly(path, O_DIRECT);
+  const int fd = simulated == DirectRefusal::kAtOpen ? -EINVAL : OpenReadOnly(source, O_DIRECT);
   if (fd == -EINVAL) {
     // Tell a missing file from a refusal: the plain open reports the real
     // problem, if there is one.
-    FileDescriptor plain = OpenOrThrow(path, 0);
+    FileDescriptor plain = OpenOrThrow(source, 0);
     WarnRefused(path, std::strerror(EINVAL), fallback);
     return result;
   }
@@ -69,17 +70,18 @@ DirectOpen OpenDirectOrWarn(const std::string& path, const char* fallback) {
   result.fd = std::move(owned);
   result.direct = true;
 #else
-  (void)OpenOrThrow(path, 0);
+  (void)OpenOrThrow(source, 0);
   WarnRefused(path, "not supported on this platform", fallback);
 #endif
   return result;
 }
 
-std::unique_ptr<Loader> MakeDirectLoader(const std::string& path, int threads) {
+std::unique_ptr<Loader> MakeDirectLoader(const LoaderSource& source, int threads) {
   DirectOpen opened = OpenDirectOrWarn(
-      path, "falling back to --io pread (reads go through the page cache)");
-  if (!opened.direct) return MakePreadLoader(path, threads);
-  return MakeFdLoader(std::move(opened.fd), path, threads, IoMode::kDirect, kDirectAlignment);
+      source, "falling back to --io pread (reads go through the page cache)");
+  if (!opened.direct) return MakePreadLoader(source, threads);
+  return MakeFdLoader(std::move(opened.fd), source.path, threads, IoMode::kDirect,
+                      kDirectAlignment);
 }
 
 }  // namespace sparrow::io

@@ -58,9 +58,12 @@ class FileDescriptor {
 
 // open(2) with O_RDONLY | O_CLOEXEC | extra_flags; returns -errno on failure
 // instead of throwing so callers can react to EINVAL (O_DIRECT refused).
-int OpenReadOnly(const std::string& path, int extra_flags);
+// With source.fd, the file that descriptor refers to is opened (through
+// /proc/self/fd on Linux; elsewhere the path, and an InputError if it now
+// names another file).
+int OpenReadOnly(const LoaderSource& source, int extra_flags);
 // Like OpenReadOnly, but InputError naming the path on failure.
-FileDescriptor OpenOrThrow(const std::string& path, int extra_flags);
+FileDescriptor OpenOrThrow(const LoaderSource& source, int extra_flags);
 // Size in bytes of a regular file or block device; InputError otherwise.
 uint64_t FileSizeOf(int fd, const std::string& path);
 
@@ -141,18 +144,18 @@ struct DirectOpen {
   FileDescriptor fd;
   bool direct = false;
 };
-DirectOpen OpenDirectOrWarn(const std::string& path, const char* fallback);
+DirectOpen OpenDirectOrWarn(const LoaderSource& source, const char* fallback);
 
 // Per-mode factories, called by MakeLoader.
-std::unique_ptr<Loader> MakePreadLoader(const std::string& path, int threads);
+std::unique_ptr<Loader> MakePreadLoader(const LoaderSource& source, int threads);
 // Falls back to MakePreadLoader (with one warning) where O_DIRECT is refused.
-std::unique_ptr<Loader> MakeDirectLoader(const std::string& path, int threads);
-std::unique_ptr<Loader> MakeMmapLoader(const std::string& path, int threads);
+std::unique_ptr<Loader> MakeDirectLoader(const LoaderSource& source, int threads);
+std::unique_ptr<Loader> MakeMmapLoader(const LoaderSource& source, int threads);
 // The file descriptor loader behind both pread and direct.
 std::unique_ptr<Loader> MakeFdLoader(FileDescriptor fd, const std::string& path,
                                      int threads, IoMode mode, size_t alignment);
 #if SPARROW_IO_HAVE_URING
-std::unique_ptr<Loader> MakeUringLoader(const std::string& path, int threads);
+std::unique_ptr<Loader> MakeUringLoader(const LoaderSource& source, int threads);
 // Whether this process may set up a ring (kernels without io_uring, or
 // seccomp filters and qemu-user that refuse it, say no). Probed once.
 bool UringAvailable();

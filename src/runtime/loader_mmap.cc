@@ -17,14 +17,19 @@
 // ("fault-around", 64 KiB by default), so after the batch one more
 // DONTNEED covers the span of the batch widened by that much.
 //
-// A file truncated while mapped turns reads of the lost pages into SIGBUS;
-// the bundle is not expected to change under a running model.
+// A file truncated while mapped turns reads of the lost pages into SIGBUS.
+// Copies out of the mapping run under a SIGBUS handler that returns to the
+// copy's caller, which reports the file as truncated while in use (the
+// same error the other loaders give) instead of the process dying.
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -37,10 +42,61 @@ namespace {
 // Linux's default fault_around_bytes.
 constexpr uint64_t kFaultAroundSlack = 64 << 10;
 
+// Where a guarded copy on this thread returns to on SIGBUS; null outside one.
+// volatile: the compiler sees no reader between setting it and clearing it
+// after memcpy, and would drop the store.
+thread_local sigjmp_buf* volatile t_sigbus_return = nullptr;
+struct sigaction g_previous_sigbus {};
+
+void OnSigbus(int sig, siginfo_t* info, void* context) {
+  if (sigjmp_buf* target = t_sigbus_return) siglongjmp(*target, 1);
+  // Not a guarded copy: whatever handled SIGBUS before us (the default,
+  // or a sanitizer's) handles it.
+  if ((g_previous_sigbus.sa_flags & SA_SIGINFO) != 0 && g_previous_sigbus.sa_sigaction != nullptr) {
+    g_previous_sigbus.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (g_previous_sigbus.sa_handler != SIG_DFL && g_previous_sigbus.sa_handler != SIG_IGN) {
+    g_previous_sigbus.sa_handler(sig);
+    return;
+  }
+  ::signal(SIGBUS, SIG_DFL);  // the fault repeats on return and ends the process
+}
+
+void InstallSigbusHandlerOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = OnSigbus;
+    // SA_NODEFER: the handler leaves by siglongjmp, which (without a saved
+    // mask) would otherwise leave SIGBUS blocked on this thread.
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    (void)::sigaction(SIGBUS, &sa, &g_previous_sigbus);
+  });
+}
+
+// memcpy from a file mapping; false when the source pages are gone (the
+// file shrank). Nothing with a destructor may live in this frame between
+// sigsetjmp and the copy's end.
+bool CopyFromMapping(uint8_t* dest, const uint8_t* src, size_t n) {
+  sigjmp_buf jump;
+  if (sigsetjmp(jump, 0) != 0) {
+    t_sigbus_return = nullptr;
+    return false;
+  }
+  t_sigbus_return = &jump;
+  std::memcpy(dest, src, n);
+  t_sigbus_return = nullptr;
+  return true;
+}
+
 class MmapLoader final : public Loader {
  public:
-  MmapLoader(const std::string& path, int threads) : path_(path), pool_(threads) {
-    FileDescriptor fd = OpenOrThrow(path, 0);
+  MmapLoader(const LoaderSource& source, int threads) : path_(source.path), pool_(threads) {
+    InstallSigbusHandlerOnce();
+    const std::string& path = source.path;
+    FileDescriptor fd = OpenOrThrow(source, 0);
     size_ = FileSizeOf(fd.get(), path);
     page_ = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     if (size_ > 0) {
@@ -71,7 +127,11 @@ class MmapLoader final : public Loader {
     // Phase 2: copy (faults wait for the data), then drop the mapping.
     pool_.Run(tasks_.size(), [this](size_t i, int) {
       const ReadTask& t = tasks_[i];
-      std::memcpy(t.dest, base_ + t.offset, t.length);
+      if (!CopyFromMapping(t.dest, base_ + t.offset, t.length)) {
+        ThrowInputError("cannot read ", t.length, " bytes at offset ", t.offset, " of '", path_,
+                        "': the file is shorter than its ", size_,
+                        " bytes when opened (truncated while in use)");
+      }
       Advise(t.offset, t.length, MADV_DONTNEED);
     });
     uint64_t lo = UINT64_MAX;
@@ -115,8 +175,8 @@ class MmapLoader final : public Loader {
 
 }  // namespace
 
-std::unique_ptr<Loader> MakeMmapLoader(const std::string& path, int threads) {
-  return std::make_unique<MmapLoader>(path, threads);
+std::unique_ptr<Loader> MakeMmapLoader(const LoaderSource& source, int threads) {
+  return std::make_unique<MmapLoader>(source, threads);
 }
 
 }  // namespace sparrow::io

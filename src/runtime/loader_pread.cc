@@ -70,14 +70,14 @@ std::unique_ptr<Loader> MakeFdLoader(FileDescriptor fd, const std::string& path,
   return std::make_unique<FdLoader>(std::move(fd), path, threads, mode, alignment);
 }
 
-std::unique_ptr<Loader> MakePreadLoader(const std::string& path, int threads) {
-  FileDescriptor fd = OpenOrThrow(path, 0);
+std::unique_ptr<Loader> MakePreadLoader(const LoaderSource& source, int threads) {
+  FileDescriptor fd = OpenOrThrow(source, 0);
   // We ask for exactly the bytes we need: kernel readahead around random
   // reads would only spend device bandwidth and page cache on neighbours.
 #if defined(POSIX_FADV_RANDOM)
   (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_RANDOM);
 #endif
-  return MakeFdLoader(std::move(fd), path, threads, IoMode::kPread, 1);
+  return MakeFdLoader(std::move(fd), source.path, threads, IoMode::kPread, 1);
 }
 
 }  // namespace sparrow::io

@@ -28,13 +28,13 @@ constexpr uint64_t kMaxSqeBytes = 1u << 30;
 
 class UringLoader final : public Loader {
  public:
-  UringLoader(const std::string& path, int depth) : path_(path), depth_(depth) {
-    DirectOpen opened = OpenDirectOrWarn(path, "io_uring will read through the page cache");
+  UringLoader(const LoaderSource& source, int depth) : path_(source.path), depth_(depth) {
+    DirectOpen opened = OpenDirectOrWarn(source, "io_uring will read through the page cache");
     if (opened.direct) {
       fd_ = std::move(opened.fd);
       alignment_ = kDirectAlignment;
     } else {
-      fd_ = OpenOrThrow(path, 0);
+      fd_ = OpenOrThrow(source, 0);
 #if defined(POSIX_FADV_RANDOM)
       (void)::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_RANDOM);
 #endif
@@ -201,8 +201,8 @@ class UringLoader final : public Loader {
 
 }  // namespace
 
-std::unique_ptr<Loader> MakeUringLoader(const std::string& path, int threads) {
-  return std::make_unique<UringLoader>(path, threads);
+std::unique_ptr<Loader> MakeUringLoader(const LoaderSource& source, int threads) {
+  return std::make_unique<UringLoader>(source, threads);
 }
 
 bool UringAvailable() {

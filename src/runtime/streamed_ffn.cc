@@ -94,7 +94,7 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
       max_batch_(max_batch),
       policy_(sparsity, bundle.layout()) {
   const uint64_t minimum_hint = budget.used() + MinimumBytes(bundle, stream, config, max_batch);
-  loader_ = MakeLoader(stream.io, bundle.path(), stream.io_threads);
+  loader_ = MakeLoader(stream.io, LoaderSource(bundle.path(), bundle.fd()), stream.io_threads);
   budget.Charge(loader_->memory_bytes(), "I/O buffers", minimum_hint);
   ReadPlanOptions plan;
   plan.max_read_bytes = stream.max_read_bytes;
