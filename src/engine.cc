@@ -14,7 +14,17 @@ namespace sparrow {
 namespace {
 
 size_t ResolveContext(const ModelConfig& c, size_t requested) {
-  if (requested > 0) return requested;
+  if (requested > 0) {
+    if (c.context_length > 0 && requested > c.context_length) {
+      // Allowed, as llama.cpp allows it, but positions past the trained
+      // context are ones the model never saw.
+      std::fprintf(stderr,
+                   "warning: the context (-c %zu) is longer than the model's trained context "
+                   "(%u tokens); text past that may degrade\n",
+                   requested, static_cast<unsigned>(c.context_length));
+    }
+    return requested;
+  }
   return std::min<size_t>(c.context_length, 4096);
 }
 

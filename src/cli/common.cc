@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/output_file.h"
 #include "base/timer.h"
 #include "src/ops/ops.h"
 #include "src/threads.h"
@@ -69,6 +70,8 @@ void AddModelOptions(cxxopts::Options& options) {
 
 EngineOptions ParseStreamOptions(const cxxopts::ParseResult& args, const std::string& model_path) {
   EngineOptions o;
+  // Checked now, not after a long run whose statistics would be lost.
+  if (args.count("stats-json")) CheckWritable(args["stats-json"].as<std::string>(), "--stats-json");
   if (args.count("dram-budget")) {
     struct stat st {};
     const uint64_t file_bytes = ::stat(model_path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
@@ -178,6 +181,10 @@ std::vector<int> ParseIntList(const std::string& text, const std::string& flag) 
 }
 
 std::string ReadTextFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) ThrowInputError("cannot open '", path, "': ", std::strerror(errno));
+  // An ifstream opens a directory and reads nothing: an empty text.
+  if (S_ISDIR(st.st_mode)) ThrowInputError("cannot read '", path, "': ", std::strerror(EISDIR));
   std::ifstream in(path, std::ios::binary);
   if (!in) ThrowInputError("cannot open '", path, "': ", std::strerror(errno));
   std::ostringstream buf;

@@ -1,7 +1,9 @@
 // `sparrow <command> [flags]`. Exit status: 0 ok; 2 bad input (one line on
-// stderr); 1 internal error.
+// stderr); 1 internal error or output that could not be written.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <exception>
 #include <new>
 #include <string>
@@ -51,7 +53,7 @@ void PrintUsage(std::FILE* out) {
     std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
   }
   std::fprintf(out,
-               "\nexit status: 0 ok, 2 bad input (message on stderr), 1 internal error\n"
+               "\nexit status: 0 ok, 2 bad input (message on stderr), 1 internal error or failed output\n"
                "environment: SPARROW_SIMD_TARGET=<name> forces a SIMD target (see `sparrow info`)\n");
 }
 
@@ -64,9 +66,28 @@ void PrintError(const char* prefix, const std::string& message) {
   std::fprintf(stderr, "%s%s\n", prefix, line.c_str());
 }
 
-}  // namespace
+// Standard output is a result: a write that failed (a full disk, /dev/full,
+// a pipe whose reader left while SIGPIPE is ignored) fails the run, with the
+// reason, instead of losing the output quietly. With SIGPIPE at its default,
+// `| head` still ends the process the usual Unix way.
+int FinishStandardOutput(int status) {
+  std::cout.flush();
+  errno = 0;
+  bool failed = std::fflush(stdout) != 0;
+  int err = errno;
+  failed = std::ferror(stdout) != 0 || failed;
+  if (std::fclose(stdout) != 0 && !failed) {
+    failed = true;
+    err = errno;
+  }
+  if (!failed) return status;
+  PrintError("error: ", std::string("cannot write to standard output") +
+                            (err != 0 ? std::string(": ") + std::strerror(err) : "") +
+                            "; the output is incomplete");
+  return status == 0 ? 1 : status;
+}
 
-int main(int argc, char** argv) {
+int RunCommand(int argc, char** argv) {
   if (argc < 2) {
     PrintUsage(stderr);
     return 2;
@@ -102,3 +123,7 @@ int main(int argc, char** argv) {
   PrintError("error: ", "unknown command '" + command + "' (try sparrow --help)");
   return 2;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return FinishStandardOutput(RunCommand(argc, argv)); }

@@ -37,6 +37,9 @@ int RunCommand(int argc, char** argv) {
   ApplyEngineOptions(args);
 
   const std::string model_path = Require(args, "model");
+  if (args.count("file") && args.count("prompt")) {
+    ThrowInputError("-f and -p both give the prompt: use one of them");
+  }
   std::string prompt = args["prompt"].as<std::string>();
   if (args.count("file")) prompt = ReadTextFile(args["file"].as<std::string>());
   const int n_predict = args["n-predict"].as<int>();
@@ -45,8 +48,9 @@ int RunCommand(int argc, char** argv) {
   sp.temperature = static_cast<float>(RealOption(args, "temp"));
   if (sp.temperature < 0.0f) ThrowInputError("--temp must be 0 or more");
   sp.top_k = args["top-k"].as<int>();
+  if (sp.top_k < 0) ThrowInputError("--top-k must be 0 (off) or more");
   sp.top_p = static_cast<float>(RealOption(args, "top-p"));
-  if (!(sp.top_p > 0.0f)) ThrowInputError("--top-p must be positive");
+  if (!(sp.top_p > 0.0f && sp.top_p <= 1.0f)) ThrowInputError("--top-p must be in (0, 1]");
   sp.seed = args.count("seed") ? args["seed"].as<uint64_t>()
                                : static_cast<uint64_t>(std::random_device{}()) ^
                                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
@@ -86,6 +90,8 @@ int RunCommand(int argc, char** argv) {
     const std::string piece = tok.TokenToPiece(next);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
+    // Output that cannot be written ends the run (main reports the error).
+    if (std::ferror(stdout)) break;
     ++generated;
     if (generated == limit || session.n_past() >= session.n_ctx()) break;
     const double e0 = NowSeconds();
