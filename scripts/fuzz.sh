@@ -1,8 +1,8 @@
 #!/bin/bash
 # Builds the libFuzzer targets with clang + ASan + UBSan in build-fuzz/ and
-# runs each for N seconds (default 60): the GGUF reader fuzzer, the trace
-# reader fuzzer (sparrow simulate) and the calibration trailer fuzzer
-# (sparrow calibrate) always, the tokenizer fuzzer once its source is
+# runs each for N seconds (default 60): the GGUF reader fuzzer, the bundle
+# reader fuzzer, the trace reader fuzzer (sparrow simulate) and the
+# calibration trailer fuzzer (sparrow calibrate) always, the tokenizer fuzzer once its source is
 # written. Exits non-zero if a fuzzer finds a crash, leak, timeout or
 # sanitizer report; the reproducer is left in build-fuzz/artifacts/.
 #
@@ -10,8 +10,8 @@
 #
 # Seeds: small valid GGUF files derived from $SPARROW_SHARED_DIR/models/*.gguf
 # (default ../shared next to the repository), text snippets from
-# $SPARROW_SHARED_DIR/corpora, and small valid traces and calibration
-# trailers written here. Corpora grow in build-fuzz/corpus/ across runs.
+# $SPARROW_SHARED_DIR/corpora, tiny bundles of a synthetic model in every
+# layout, and small valid traces and calibration trailers written here. Corpora grow in build-fuzz/corpus/ across runs.
 set -euo pipefail
 
 SECONDS_PER_FUZZER="${1:-60}"
@@ -61,13 +61,28 @@ if ! head -n 1 "$ROOT/tests/fuzz/tokenizer_fuzzer.cc" | grep -q "Placeholder"; t
 else
   log "tests/fuzz/tokenizer_fuzzer.cc is still a placeholder: skipping it"
 fi
-TARGETS+=(tests/fuzz/trace_fuzzer tests/fuzz/calibration_fuzzer)
-ninja -C "$BUILD" "${TARGETS[@]}"
+TARGETS+=(tests/fuzz/bundle_fuzzer tests/fuzz/trace_fuzzer tests/fuzz/calibration_fuzzer)
+# sparrow itself writes the bundle seeds.
+ninja -C "$BUILD" "${TARGETS[@]}" sparrow
 
 SEEDS="$BUILD/seeds"
 mkdir -p "$SEEDS/gguf" "$SEEDS/tokenizer" "$SEEDS/trace" "$SEEDS/calibration" \
-         "$BUILD/corpus/gguf" "$BUILD/corpus/tokenizer" "$BUILD/corpus/trace" \
-         "$BUILD/corpus/calibration" "$BUILD/artifacts"
+         "$SEEDS/bundle" "$BUILD/corpus/gguf" "$BUILD/corpus/tokenizer" "$BUILD/corpus/trace" \
+         "$BUILD/corpus/calibration" "$BUILD/corpus/bundle" "$BUILD/artifacts"
+
+# Seeds for the bundle fuzzer: a tiny synthetic model (tens of KiB) in each
+# layout and record type, so mutations reach every section.
+tiny="$SEEDS/bundle/tiny.gguf"
+ASAN_OPTIONS=detect_leaks=0 "$BUILD/sparrow" synth -o "$tiny" --dim 32 --ffn 64 --layers 2 \
+  --heads 2 --vocab 354 --type q8_0 --force -t 1 2>/dev/null
+for layout in neuron dip split; do
+  for type in q8_0 f16; do
+    ASAN_OPTIONS=detect_leaks=0 "$BUILD/sparrow" convert -m "$tiny" -o \
+      "$SEEDS/bundle/tiny_${layout}_${type}.sparrow" --layout "$layout" --type "$type" \
+      --force -t 1 2>/dev/null
+  done
+done
+rm -f "$tiny"
 
 # Seeds for the GGUF fuzzer: each fixture shrunk to a few KiB (arrays cut to
 # 64 entries, tensors cut to one or two small rows) but still valid, plus a
@@ -264,6 +279,9 @@ if [[ " ${TARGETS[*]} " == *" tests/fuzz/tokenizer_fuzzer "* ]]; then
   run tokenizer_fuzzer 4096 &
   pids+=($!)
 fi
+names+=(bundle_fuzzer)
+run bundle_fuzzer 262144 &
+pids+=($!)
 names+=(trace_fuzzer)
 run trace_fuzzer 65536 &
 pids+=($!)

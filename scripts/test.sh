@@ -22,8 +22,10 @@ stage "ASan+UBSan build and tests"
 bash scripts/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false \
   --buildtype=debugoptimized -Doptimization=1 -Ddebug=false -Dbenchmarks=false \
   '-Dsimd_skip_targets=HWY_AVX3|HWY_AVX2'
+# The soak test (random damage, files replaced under a run) gets a minute
+# here: a few hundred runs with every memory access checked.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  meson test -C build-asan --print-errorlogs --timeout-multiplier 4
+  SPARROW_SOAK_SECONDS=60 meson test -C build-asan --print-errorlogs --timeout-multiplier 4
 
 if [ -f scripts/fuzz.sh ]; then
   stage "fuzzers"

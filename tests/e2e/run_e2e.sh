@@ -6,10 +6,7 @@ SPARROW=$1
 SHARED=$2
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-failures=0
-
-pass() { echo "PASS: $1"; }
-fail() { echo "FAIL: $1"; failures=$((failures + 1)); }
+source "$(dirname "$0")/e2e_lib.sh"
 
 # |a - b| <= tol
 within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= t) }'; }
@@ -79,18 +76,6 @@ for type in f32 f16 bf16 q8_0 q4_0 q4_K q6_K; do
 done
 
 # 5. Bad input: exit status 2 and exactly one line on stderr.
-expect_input_error() {
-  local what=$1; shift
-  "$@" >"$WORK/bad.out" 2>"$WORK/bad.err"
-  local rc=$?
-  local lines
-  lines=$(wc -l <"$WORK/bad.err")
-  if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && [ -s "$WORK/bad.err" ]; then
-    pass "$what -> exit 2: $(cat "$WORK/bad.err")"
-  else
-    fail "$what -> exit $rc with $lines stderr lines: $(head -c 300 "$WORK/bad.err")"
-  fi
-}
 head -c 5000 "$STORIES" >"$WORK/truncated.gguf"
 printf 'not a model at all' >"$WORK/garbage.gguf"
 expect_input_error "missing model file" "$SPARROW" run -m "$WORK/nope.gguf" -p hi

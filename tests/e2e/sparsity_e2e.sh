@@ -7,22 +7,7 @@ SPARROW=$1
 SHARED=$2
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-failures=0
-
-pass() { echo "PASS: $1"; }
-fail() { echo "FAIL: $1"; failures=$((failures + 1)); }
-# Runs a command that must fail as bad input: exit 2, one line on stderr.
-expect_input_error() {
-  local what=$1; shift
-  "$@" >/dev/null 2>"$WORK/err.txt"
-  local rc=$? lines
-  lines=$(wc -l <"$WORK/err.txt")
-  if [ $rc -eq 2 ] && [ "$lines" -eq 1 ]; then
-    pass "$what: exit 2, '$(cat "$WORK/err.txt")'"
-  else
-    fail "$what: exit $rc with $lines stderr lines: $(head -c 300 "$WORK/err.txt")"
-  fi
-}
+source "$(dirname "$0")/e2e_lib.sh"
 ppl_of() { tail -n 1 | sed -n 's/^PPL = \([0-9.]*\) +\/- [0-9.]*$/\1/p'; }
 
 STORIES=$SHARED/models/stories260K.gguf

@@ -1,0 +1,19 @@
+# Shared by the end-to-end scripts (sourced after they set WORK): the
+# PASS/FAIL lines, the failure count, and the bad-input check.
+failures=0
+pass() { echo "PASS: $1"; }
+fail() { echo "FAIL: $1"; failures=$((failures + 1)); }
+
+# Runs a command that must fail as bad input: exit 2 and exactly one
+# non-empty line on stderr (left in $WORK/bad.err for further checks).
+expect_input_error() {
+  local what=$1; shift
+  "$@" >"$WORK/bad.out" 2>"$WORK/bad.err"
+  local rc=$? lines
+  lines=$(wc -l <"$WORK/bad.err")
+  if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && [ -s "$WORK/bad.err" ]; then
+    pass "$what -> exit 2: $(cat "$WORK/bad.err")"
+  else
+    fail "$what -> exit $rc with $lines stderr lines: $(head -c 300 "$WORK/bad.err")"
+  fi
+}
