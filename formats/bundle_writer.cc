@@ -19,6 +19,7 @@
 #include "base/checked_math.h"
 #include "base/crc32c.h"
 #include "base/error.h"
+#include "formats/lora_adapter.h"
 
 namespace sparrow::bundle {
 namespace {
@@ -141,7 +142,9 @@ uint32_t BundleWriter::ReadBackCrc(uint64_t offset, uint64_t bytes, uint32_t crc
 
 void BundleWriter::AddMetadata(std::string key, gguf::Value value) {
   if (stage_ != Stage::kMetadata) Misuse("metadata added after DeclareGroups()");
-  if (key.rfind("sparrow.", 0) == 0 || key == "general.alignment") {
+  // sparrow.lora.fused is the one sparrow.* key a caller writes: what it
+  // fused into the weights it hands over.
+  if ((key.rfind("sparrow.", 0) == 0 && key != kFusedAdaptersKey) || key == "general.alignment") {
     Misuse(StrCat("metadata key '", gguf::Printable(key), "' is reserved for the writer"));
   }
   metadata_.push_back({std::move(key), std::move(value)});

@@ -153,6 +153,10 @@ class GgufFile {
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* FindTensor(std::string_view name) const;
+  // Points tensor `name` at other bytes of the same type and size (weights
+  // fused with a LoRA adapter); the caller keeps them alive as long as this
+  // file is used. std::invalid_argument if there is no such tensor.
+  void ReplaceTensorData(std::string_view name, const uint8_t* data);
 
  private:
   GgufFile() = default;

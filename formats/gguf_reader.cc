@@ -384,6 +384,16 @@ const Value* GgufFile::Find(std::string_view key) const {
   return it == key_index_.end() ? nullptr : &metadata_[it->second].value;
 }
 
+void GgufFile::ReplaceTensorData(std::string_view name, const uint8_t* data) {
+  for (TensorInfo& t : tensors_) {
+    if (t.name == name) {
+      t.data = data;
+      return;
+    }
+  }
+  throw std::invalid_argument(StrCat("ReplaceTensorData: no tensor '", name, "'"));
+}
+
 const TensorInfo* GgufFile::FindTensor(std::string_view name) const {
   const auto it = tensor_index_.find(std::string(name));
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];

@@ -1,8 +1,9 @@
 #!/bin/bash
 # Builds the libFuzzer targets with clang + ASan + UBSan in build-fuzz/ and
 # runs each for N seconds (default 60): the GGUF reader fuzzer, the bundle
-# reader fuzzer, the trace reader fuzzer (sparrow simulate) and the
-# calibration trailer fuzzer (sparrow calibrate) always, the tokenizer fuzzer once its source is
+# reader fuzzer, the safetensors and LoRA adapter fuzzers (--lora), the
+# trace reader fuzzer (sparrow simulate) and the calibration trailer fuzzer
+# (sparrow calibrate) always, the tokenizer fuzzer once its source is
 # written. Exits non-zero if a fuzzer finds a crash, leak, timeout or
 # sanitizer report; the reproducer is left in build-fuzz/artifacts/.
 #
@@ -61,14 +62,25 @@ if ! head -n 1 "$ROOT/tests/fuzz/tokenizer_fuzzer.cc" | grep -q "Placeholder"; t
 else
   log "tests/fuzz/tokenizer_fuzzer.cc is still a placeholder: skipping it"
 fi
-TARGETS+=(tests/fuzz/bundle_fuzzer tests/fuzz/trace_fuzzer tests/fuzz/calibration_fuzzer)
+TARGETS+=(tests/fuzz/bundle_fuzzer tests/fuzz/safetensors_fuzzer tests/fuzz/lora_adapter_fuzzer
+         tests/fuzz/trace_fuzzer tests/fuzz/calibration_fuzzer)
 # sparrow itself writes the bundle seeds.
 ninja -C "$BUILD" "${TARGETS[@]}" sparrow
 
 SEEDS="$BUILD/seeds"
 mkdir -p "$SEEDS/gguf" "$SEEDS/tokenizer" "$SEEDS/trace" "$SEEDS/calibration" \
-         "$SEEDS/bundle" "$BUILD/corpus/gguf" "$BUILD/corpus/tokenizer" "$BUILD/corpus/trace" \
-         "$BUILD/corpus/calibration" "$BUILD/corpus/bundle" "$BUILD/artifacts"
+         "$SEEDS/bundle" "$SEEDS/safetensors" "$SEEDS/lora_adapter" \
+         "$BUILD/corpus/gguf" "$BUILD/corpus/tokenizer" "$BUILD/corpus/trace" \
+         "$BUILD/corpus/calibration" "$BUILD/corpus/bundle" "$BUILD/corpus/safetensors" \
+         "$BUILD/corpus/lora_adapter" "$BUILD/artifacts"
+
+# Seeds for the safetensors and adapter fuzzers: the PEFT fixture's
+# weights; the GGUF adapter fixture and the PEFT config behind the adapter
+# fuzzer's form byte (even: GGUF adapter, odd: adapter_config.json).
+LORA="$SHARED/models/lora"
+cp "$LORA/stories260K-lora-r4-peft/adapter_model.safetensors" "$SEEDS/safetensors/peft.safetensors"
+{ printf '\x00'; cat "$LORA/stories260K-lora-r4.gguf"; } >"$SEEDS/lora_adapter/gguf_adapter.bin"
+{ printf '\x01'; cat "$LORA/stories260K-lora-r4-peft/adapter_config.json"; } >"$SEEDS/lora_adapter/peft_config.bin"
 
 # Seeds for the bundle fuzzer: a tiny synthetic model (tens of KiB) in each
 # layout and record type, so mutations reach every section.
@@ -281,6 +293,12 @@ if [[ " ${TARGETS[*]} " == *" tests/fuzz/tokenizer_fuzzer "* ]]; then
 fi
 names+=(bundle_fuzzer)
 run bundle_fuzzer 262144 &
+pids+=($!)
+names+=(safetensors_fuzzer)
+run safetensors_fuzzer 65536 &
+pids+=($!)
+names+=(lora_adapter_fuzzer)
+run lora_adapter_fuzzer 131072 &
 pids+=($!)
 names+=(trace_fuzzer)
 run trace_fuzzer 65536 &

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -27,6 +28,18 @@
 #include "src/threads.h"
 
 namespace sparrow {
+namespace {
+
+// What a fused model records: the adapters fused into its source before,
+// then these.
+std::vector<std::string> FusedList(const gguf::GgufFile& src, const FusedLora& fused) {
+  std::vector<std::string> list = src.GetStringArray(kFusedAdaptersKey);
+  for (std::string& line : fused.Describe()) list.push_back(std::move(line));
+  return list;
+}
+
+}  // namespace
+
 namespace {
 
 // Rows dequantized together before transposing: one cache line of floats
@@ -252,7 +265,13 @@ void ConvertGgufToBundle(const std::string& gguf_path, const std::string& bundle
 
   // The model must be one Sparrow runs: config, tokenizer and every tensor
   // (shapes and types) checked before anything is written.
-  const gguf::GgufFile src = gguf::GgufFile::Open(gguf_path);
+  gguf::GgufFile src = gguf::GgufFile::Open(gguf_path);
+  FusedLora fused;  // outlives every use of src's tensors
+  if (!options.lora.empty()) {
+    fused = FusedLora::Fuse(src, options.lora);
+    fused.ApplyTo(src);
+    PrintLoraChanges(fused);
+  }
   ModelConfig config = ModelConfig::FromGguf(src);
   const TokenizerData tokenizer = TokenizerData::FromGguf(src);
   config.n_vocab = static_cast<uint32_t>(tokenizer.tokens.size());
@@ -273,6 +292,9 @@ void ConvertGgufToBundle(const std::string& gguf_path, const std::string& bundle
     // keys are the bundle's own.
     if (kv.key == "general.alignment" || kv.key.rfind("sparrow.", 0) == 0) continue;
     writer.AddMetadata(kv.key, kv.value);
+  }
+  if (!options.lora.empty()) {
+    writer.AddMetadata(kFusedAdaptersKey, gguf::Value::StringArray(FusedList(src, fused)));
   }
   writer.SetSource(gguf_path.substr(gguf_path.find_last_of('/') + 1));
   writer.DeclareGroups(options.layout, record_type, config.n_layers, config.d_model,
@@ -314,6 +336,74 @@ void ConvertGgufToBundle(const std::string& gguf_path, const std::string& bundle
                                         ffn[group.layer].down}) {
         ReleasePages(t->data, t->n_bytes);
       }
+    }
+  }
+  writer.Finish();
+}
+
+void PrintLoraChanges(const FusedLora& fused) {
+  for (const FusedLora::AdapterInfo& a : fused.adapters()) {
+    std::fprintf(stderr, "lora: fused %s (%s, scale %g)\n", a.name.c_str(), a.format.c_str(),
+                 a.scale);
+  }
+  for (const FusedLora::TensorChange& c : fused.changes()) {
+    std::fprintf(stderr, "lora: %-32s relative change %.3e\n", c.name.c_str(), c.relative_change);
+  }
+}
+
+void WriteGguf(const std::string& gguf_path, const std::string& out_path, bool force,
+               const std::vector<LoraSpec>& lora, std::optional<TensorType> type) {
+  struct stat st {};
+  if (!force && ::stat(out_path.c_str(), &st) == 0) {
+    ThrowInputError("'", out_path, "' exists (use --force to overwrite)");
+  }
+  if (SameFile(gguf_path, out_path)) {
+    ThrowInputError("convert: the output '", out_path, "' is the input model");
+  }
+  gguf::GgufFile src = gguf::GgufFile::Open(gguf_path);
+  ModelConfig config = ModelConfig::FromGguf(src);
+  config.n_vocab = static_cast<uint32_t>(TokenizerData::FromGguf(src).tokens.size());
+  BindWeights(config, src.tensors(), gguf_path, /*with_ffn=*/true);
+  FusedLora fused;
+  if (!lora.empty()) {
+    fused = FusedLora::Fuse(src, lora);
+    fused.ApplyTo(src);
+    PrintLoraChanges(fused);
+  }
+  if (type && !simd::CanConvert(*type)) {
+    ThrowInputError("convert: cannot write ", TensorTypeName(*type), " tensors");
+  }
+  // The type each tensor is written in.
+  const auto out_type = [&](const gguf::TensorInfo& t) {
+    if (!type || t.dims.size() != 2 || t.type == *type) return t.type;
+    return t.dims[0] % GetTensorTypeInfo(*type).block_elems == 0 ? *type : t.type;
+  };
+
+  gguf::GgufWriter writer(out_path, src.alignment());
+  for (const gguf::KeyValue& kv : src.metadata()) {
+    if (kv.key == "general.alignment" || kv.key == kFusedAdaptersKey) continue;
+    writer.Add(kv.key, kv.value);
+  }
+  const std::vector<std::string> fused_list = FusedList(src, fused);
+  if (!fused_list.empty()) writer.Add(kFusedAdaptersKey, gguf::Value::StringArray(fused_list));
+  for (const gguf::TensorInfo& t : src.tensors()) writer.AddTensor(t.name, t.dims, out_type(t));
+  std::vector<float> row;
+  std::vector<uint8_t> packed;
+  for (const gguf::TensorInfo& t : src.tensors()) {
+    const TensorType to = out_type(t);
+    if (to == t.type) {
+      writer.WriteTensorData(t.data, t.n_bytes);
+      continue;
+    }
+    uint64_t in_row = 0, out_row = 0;
+    (void)TensorTypeBytes(t.type, t.dims[0], &in_row);
+    (void)TensorTypeBytes(to, t.dims[0], &out_row);
+    row.resize(t.dims[0]);
+    packed.resize(out_row);
+    for (uint64_t r = 0; r < t.rows(); ++r) {
+      simd::DequantizeRow(t.type, t.data + r * in_row, t.dims[0], row.data());
+      simd::QuantizeRow(to, row.data(), t.dims[0], packed.data());
+      writer.WriteTensorData(packed.data(), packed.size());
     }
   }
   writer.Finish();

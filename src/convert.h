@@ -8,6 +8,7 @@
 
 #include "formats/bundle.h"
 #include "formats/tensor_type.h"
+#include "src/lora.h"
 
 namespace sparrow {
 
@@ -19,6 +20,10 @@ struct ConvertOptions {
   // f32 bytes a column tile may take (a tile is at least one source block
   // wide). Tuning only; tests shrink it to exercise tiling.
   uint64_t column_tile_bytes = uint64_t{16} << 20;
+  // LoRA adapters fused into the weights first (W + scale * alpha/r * B A),
+  // so the records and resident tensors hold the adapted weights; the
+  // bundle records them under sparrow.lora.fused.
+  std::vector<LoraSpec> lora;
 };
 
 // The record type chosen when none is asked for: the source's FFN type when
@@ -38,5 +43,17 @@ void ConvertGgufToBundle(const std::string& gguf_path,
                          const std::string& bundle_path,
                          const ConvertOptions& options,
                          const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
+
+// `convert [--lora ...] [--type T] -o OUT.gguf`: the base with the adapters
+// fused (llama.cpp's export-lora; sparrow.lora.fused records them, and each
+// adapted tensor's relative change goes to stderr), and with `type`, every
+// 2-D weight whose rows are whole blocks of it re-quantized to it (the rest
+// keep their type): a GGUF any reader can run. Same guarantees as the
+// bundle conversion.
+void WriteGguf(const std::string& gguf_path, const std::string& out_path, bool force,
+               const std::vector<LoraSpec>& lora, std::optional<TensorType> type);
+
+// The largest relative changes of a fusion, one stderr line per tensor.
+void PrintLoraChanges(const FusedLora& fused);
 
 }  // namespace sparrow

@@ -40,6 +40,10 @@ struct BundleStorage {
 };
 
 LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
+  if (!options.lora.empty()) {
+    ThrowInputError("--lora: a bundle's weights are fused at conversion: sparrow convert -m "
+                    "BASE.gguf --lora ADAPTER -o OUT.sparrow");
+  }
   auto bndl = std::make_shared<bundle::Bundle>(bundle::Bundle::Open(path));
   ModelConfig config = ModelConfig::FromGguf(bndl->header());
   TokenizerData tokenizer_data = TokenizerData::FromGguf(bndl->header());
@@ -102,7 +106,17 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
   }
   LoadedModel out;
   out.format = "gguf";
-  out.model = Model::Open(path);
+  uint64_t fused_bytes = 0;
+  if (options.lora.empty()) {
+    out.model = Model::Open(path);
+  } else {
+    auto file = std::make_shared<gguf::GgufFile>(gguf::GgufFile::Open(path));
+    auto fused = std::make_shared<FusedLora>(FusedLora::Fuse(*file, options.lora,
+                                                             options.lora_progress));
+    fused->ApplyTo(*file);
+    fused_bytes = fused->bytes();
+    out.model = Model::Open(file, fused);
+  }
   const ModelConfig& c = out.model->config();
   out.n_ctx = ResolveContext(c, options.n_ctx);
   out.max_batch = options.max_batch > 0 ? options.max_batch : 512;
@@ -114,7 +128,7 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
     const uint64_t session = Session::MemoryBytes(c, out.n_ctx, out.max_batch,
                                                   options.logits_rows, ThreadCount()) +
                              2ull * out.max_batch * c.d_ff * sizeof(float);
-    const uint64_t minimum = process + weights + session;
+    const uint64_t minimum = process + weights + fused_bytes + session;
     if (minimum > out.budget->limit()) {
       ThrowInputError("--dram-budget: this GGUF needs ", minimum >> 20,
                       " MiB resident (weights, KV cache, activations); convert it with "
@@ -122,6 +136,7 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
     }
     out.budget->Charge(process, "process", minimum);
     out.budget->Charge(weights, "weights", minimum);
+    if (fused_bytes > 0) out.budget->Charge(fused_bytes, "LoRA-fused weights", minimum);
     out.budget->Charge(session, "KV cache and activations", minimum);
   }
   return out;

@@ -6,9 +6,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "src/lora.h"
 #include "src/model/model.h"
 #include "src/runtime/budget.h"
 #include "src/runtime/streamed_ffn.h"
@@ -22,6 +25,11 @@ struct EngineOptions {
   size_t logits_rows = 1;    // tokens whose logits are kept (perplexity: n_ctx)
   StreamConfig stream;       // streamed models only
   SparsityOptions sparsity;  // which FFN units each token uses (bundles only)
+  // LoRA adapters fused at load (GGUF models; bundles fuse them at
+  // conversion), into memory charged to the budget; progress(done, total)
+  // counts bytes of the tensors being fused.
+  std::vector<LoraSpec> lora;
+  std::function<void(uint64_t, uint64_t)> lora_progress;
 };
 
 struct LoadedModel {

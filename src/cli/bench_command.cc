@@ -89,6 +89,7 @@ int BenchCommand(int argc, char** argv) {
       ("o,output", "md or json", cxxopts::value<std::string>()->default_value("md"))
       ("kernels", "fast or reference", cxxopts::value<std::string>()->default_value("fast"));
   AddModelOptions(options);
+  AddLoraOptions(options);
   AddStatsOptions(options);
   cxxopts::ParseResult args;
   if (!Parse(options, argc, argv, &args)) return 0;

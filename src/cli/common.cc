@@ -92,6 +92,12 @@ EngineOptions ParseStreamOptions(const cxxopts::ParseResult& args, const std::st
 
 EngineOptions ParseModelOptions(const cxxopts::ParseResult& args, const std::string& model_path) {
   EngineOptions o = ParseStreamOptions(args, model_path);
+  o.lora = ParseLoraOptions(args);
+  if (!o.lora.empty()) {
+    // Shown on a terminal for large models, like convert's.
+    auto bar = std::make_shared<ProgressBar>("lora");
+    o.lora_progress = [bar](uint64_t done, uint64_t total) { bar->Update(done, total); };
+  }
   o.sparsity.kind = ParseSparsityKind(args["sparsity"].as<std::string>());
   o.sparsity.density = RealOption(args, "mlp-density");
   o.sparsity.gamma = RealOption(args, "gamma");
@@ -108,6 +114,37 @@ EngineOptions ParseModelOptions(const cxxopts::ParseResult& args, const std::str
     // The range and the density it must reach are checked with the layout.
   }
   return o;
+}
+
+void AddLoraOptions(cxxopts::Options& options) {
+  options.add_options("LoRA")
+      ("lora", "Fuse this LoRA adapter (llama.cpp GGUF adapter or PEFT folder) into the "
+       "weights at load; repeatable", cxxopts::value<std::vector<std::string>>())
+      ("lora-scaled", "--lora-scaled ADAPTER SCALE: the same with a scale; repeatable",
+       cxxopts::value<std::vector<std::string>>());
+}
+
+std::vector<LoraSpec> ParseLoraOptions(const cxxopts::ParseResult& args) {
+  std::vector<LoraSpec> specs;
+  if (args.count("lora")) {
+    for (const std::string& path : args["lora"].as<std::vector<std::string>>()) {
+      specs.push_back({path, 1.0f});
+    }
+  }
+  if (args.count("lora-scaled")) {
+    // Parse() joined each "--lora-scaled ADAPTER SCALE" into "SCALE:ADAPTER".
+    for (const std::string& joined : args["lora-scaled"].as<std::vector<std::string>>()) {
+      const size_t colon = joined.find(':');
+      const std::string scale = colon == std::string::npos ? "" : joined.substr(0, colon);
+      char* end = nullptr;
+      const float value = std::strtof(scale.c_str(), &end);
+      if (colon == std::string::npos || scale.empty() || *end != '\0' || !std::isfinite(value)) {
+        ThrowInputError("--lora-scaled takes an adapter and a scale (--lora-scaled ADAPTER 0.5)");
+      }
+      specs.push_back({joined.substr(colon + 1), value});
+    }
+  }
+  return specs;
 }
 
 void AddStatsOptions(cxxopts::Options& options) {
@@ -147,7 +184,21 @@ void ReportStats(const cxxopts::ParseResult& args, const LoadedModel& model) {
 bool Parse(cxxopts::Options& options, int argc, char** argv,
            cxxopts::ParseResult* out) {
   options.add_options()("h,help", "Show this help");
-  *out = options.parse(argc, argv);
+  // cxxopts takes one value per flag: "--lora-scaled ADAPTER SCALE" becomes
+  // "--lora-scaled=SCALE:ADAPTER" (a scale holds no ':'; a path may).
+  std::vector<std::string> joined;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--lora-scaled") {
+      if (i + 2 >= argc) ThrowInputError("--lora-scaled takes an adapter and a scale");
+      joined.push_back(StrCat("--lora-scaled=", argv[i + 2], ":", argv[i + 1]));
+      i += 2;
+    } else {
+      joined.push_back(argv[i]);
+    }
+  }
+  std::vector<char*> args;
+  for (std::string& a : joined) args.push_back(a.data());
+  *out = options.parse(static_cast<int>(args.size()), args.data());
   if (out->count("help")) {
     std::cout << options.help() << std::endl;
     return false;

@@ -9,6 +9,7 @@
 #include <cxxopts.hpp>
 
 #include "src/engine.h"
+#include "src/lora.h"
 
 namespace sparrow::cli {
 
@@ -28,6 +29,10 @@ EngineOptions ParseModelOptions(const cxxopts::ParseResult& args, const std::str
 EngineOptions ParseStreamOptions(const cxxopts::ParseResult& args, const std::string& model_path);
 // --stats / --stats-json for commands that run a model.
 void AddStatsOptions(cxxopts::Options& options);
+// --lora ADAPTER (repeatable) and --lora-scaled ADAPTER SCALE (repeatable,
+// two values, as llama.cpp spells it); ParseLoraOptions reads both.
+void AddLoraOptions(cxxopts::Options& options);
+std::vector<LoraSpec> ParseLoraOptions(const cxxopts::ParseResult& args);
 // Prints the stream summary (--stats) and writes the per-token JSON
 // (--stats-json) when the model streams; notes on stderr when it does not.
 void ReportStats(const cxxopts::ParseResult& args, const LoadedModel& model);

@@ -1,6 +1,7 @@
 // sparrow convert: a GGUF model to a Sparrow bundle for streaming its
 // feed-forward weights from flash.
 #include <cstdio>
+#include <optional>
 
 #include "base/error.h"
 #include "formats/bundle.h"
@@ -17,12 +18,15 @@ int ConvertCommand(int argc, char** argv) {
       "sparrow convert",
       "Convert a GGUF model into a Sparrow bundle: attention, embeddings and output stay in "
       "their source types (loaded into memory), the feed-forward weights become records "
-      "streamed from disk.");
+      "streamed from disk. With --lora and an output ending in .gguf, writes the base with "
+      "the adapters fused instead (a merged GGUF, like llama.cpp's export-lora).");
   options.add_options()
       ("m,model", "Input model (GGUF)", cxxopts::value<std::string>())
-      ("o,output", "Output bundle (.sparrow)", cxxopts::value<std::string>())
+      ("o,output", "Output bundle (.sparrow), or merged GGUF (.gguf, with --lora)",
+       cxxopts::value<std::string>())
       ("type", "Record type: f32, f16, q8_0 or q4_0 (default: the source's FFN type when it "
-       "is one of these, otherwise q8_0)", cxxopts::value<std::string>())
+       "is one of these, otherwise q8_0); for a .gguf output, the type 2-D weights are "
+       "re-quantized to (any synth type)", cxxopts::value<std::string>())
       ("layout", "Record layout: neuron ([gate row | up row | down column] per FFN neuron) or "
        "dip (per input dim [up column | gate column], per neuron [down column]: for --sparsity "
        "dip, dip-ca, glu) or split (per neuron [up row], [gate row] and [down column] apart: "
@@ -31,12 +35,37 @@ int ConvertCommand(int argc, char** argv) {
       ("progress", "Show progress on stderr even when it is not a terminal or the job is small")
       ("force", "Overwrite the output file if it exists")
       ("t,threads", "Worker threads (default: all cores)", cxxopts::value<int>()->default_value("0"));
+  AddLoraOptions(options);
   cxxopts::ParseResult args;
   if (!Parse(options, argc, argv, &args)) return 0;
   const std::string input = Require(args, "model");
   const std::string output = Require(args, "output");
 
+  const std::vector<LoraSpec> lora = ParseLoraOptions(args);
+  const bool to_gguf = output.size() >= 5 && output.substr(output.size() - 5) == ".gguf";
+  if (to_gguf) {
+    std::optional<TensorType> type;
+    if (args.count("type")) {
+      const std::string name = args["type"].as<std::string>();
+      type = ParseTensorType(name);
+      if (!type) ThrowInputError("convert: unknown --type '", name, "'");
+    }
+    if (lora.empty() && !type) {
+      ThrowInputError("convert: a .gguf output needs --lora (a merged model) or --type (a "
+                      "re-quantized one); a bundle needs another name, e.g. .sparrow");
+    }
+    if (args.count("layout")) ThrowInputError("convert: --layout applies to bundles, not to a .gguf output");
+    const int threads = args["threads"].as<int>();
+    if (threads < 0) ThrowInputError("-t must be positive");
+    SetThreadCount(threads);
+    WriteGguf(input, output, args.count("force") > 0, lora, type);
+    std::fprintf(stderr, "wrote %s: %zu adapter(s) fused%s%s\n", output.c_str(), lora.size(),
+                 type ? ", weights re-quantized to " : "",
+                 type ? std::string(TensorTypeName(*type)).c_str() : "");
+    return 0;
+  }
   ConvertOptions convert;
+  convert.lora = lora;
   if (args.count("type")) {
     const std::string name = args["type"].as<std::string>();
     const std::optional<TensorType> type = ParseTensorType(name);

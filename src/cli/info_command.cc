@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "formats/bundle.h"
 #include "formats/gguf.h"
+#include "formats/lora_adapter.h"
 #include "formats/tokenizer_data.h"
 #include "simd/targets.h"
 #include "sparrow_config.h"
@@ -180,6 +181,12 @@ int InfoCommand(int argc, char** argv) {
     if (args.count("verify")) VerifyGguf(*with_tensors);
   }
   const gguf::GgufFile& file = bndl ? bndl->header() : *with_tensors;
+  // What `convert --lora` fused into these weights.
+  const std::vector<std::string> fused = file.GetStringArray(kFusedAdaptersKey);
+  if (!fused.empty()) {
+    std::printf("\nLoRA adapters fused into the weights:\n");
+    for (const std::string& line : fused) std::printf("  %s\n", gguf::Printable(line).c_str());
+  }
   std::printf("\nmetadata (%zu keys):\n", file.metadata().size());
   for (const gguf::KeyValue& kv : file.metadata()) {
     std::printf("  %-45s %-8s %s\n", kv.key.c_str(),

@@ -24,6 +24,7 @@ int PerplexityCommand(int argc, char** argv) {
        "does not depend on it beyond rounding", cxxopts::value<int>()->default_value("0"));
   AddEngineOptions(options);
   AddModelOptions(options);
+  AddLoraOptions(options);
   AddStatsOptions(options);
   cxxopts::ParseResult args;
   if (!Parse(options, argc, argv, &args)) return 0;

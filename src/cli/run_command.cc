@@ -31,6 +31,7 @@ int RunCommand(int argc, char** argv) {
       ("seed", "Random seed (default: from the clock)", cxxopts::value<uint64_t>());
   AddEngineOptions(options);
   AddModelOptions(options);
+  AddLoraOptions(options);
   AddStatsOptions(options);
   cxxopts::ParseResult args;
   if (!Parse(options, argc, argv, &args)) return 0;

@@ -24,15 +24,21 @@
 namespace sparrow {
 
 std::unique_ptr<Model> Model::Open(const std::string& path) {
-  auto file = std::make_shared<gguf::GgufFile>(gguf::GgufFile::Open(path));
+  return Open(std::make_shared<gguf::GgufFile>(gguf::GgufFile::Open(path)), nullptr);
+}
+
+std::unique_ptr<Model> Model::Open(std::shared_ptr<const gguf::GgufFile> file,
+                                   std::shared_ptr<const void> keep_alive) {
   ModelConfig config = ModelConfig::FromGguf(*file);
   TokenizerData tokenizer_data = TokenizerData::FromGguf(*file);
   config.n_vocab = static_cast<uint32_t>(tokenizer_data.tokens.size());
   std::unique_ptr<Tokenizer> tokenizer = Tokenizer::Create(tokenizer_data);
   ModelWeights weights =
       BindWeights(config, file->tensors(), file->name(), /*with_ffn=*/true);
+  auto storage = std::make_shared<std::pair<std::shared_ptr<const gguf::GgufFile>,
+                                            std::shared_ptr<const void>>>(file, keep_alive);
   auto model = std::make_unique<Model>(std::move(config), std::move(tokenizer),
-                                       std::move(weights), file);
+                                       std::move(weights), storage);
   model->set_feed_forward(std::make_unique<DenseFeedForward>(model->weights()));
   return model;
 }

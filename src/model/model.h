@@ -22,6 +22,10 @@ class Model {
   // Opens a GGUF file and binds all weights (mapped, not copied).
   // InputError for anything wrong with the file.
   static std::unique_ptr<Model> Open(const std::string& path);
+  // The same for a file already open (e.g. with LoRA-fused tensors);
+  // `keep_alive` holds whatever else its tensors point into.
+  static std::unique_ptr<Model> Open(std::shared_ptr<const gguf::GgufFile> file,
+                                     std::shared_ptr<const void> keep_alive);
 
   // Assembles a model from parts; `storage` keeps the weights' memory alive.
   Model(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer,
