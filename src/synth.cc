@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -291,6 +292,61 @@ void WriteSyntheticModel(const SynthSpec& s, const std::string& path,
       writer.WriteTensorData(out.data(), rows * row_bytes);
       done += rows * row_bytes;
       if (progress) progress(done, total);
+    }
+  }
+  writer.Finish();
+}
+
+void WriteSyntheticLora(const std::string& base_path, const SynthLoraSpec& spec,
+                        const std::string& path) {
+  if (spec.rank == 0 || spec.rank > 4096) ThrowInputError("synth-lora: --rank must be in [1, 4096]");
+  if (!(spec.alpha > 0) || !std::isfinite(spec.alpha)) ThrowInputError("synth-lora: --alpha must be positive");
+  if (!(spec.sigma > 0) || !std::isfinite(spec.sigma)) ThrowInputError("synth-lora: --sigma must be positive");
+  if (spec.type != TensorType::kF32 && spec.type != TensorType::kF16 &&
+      spec.type != TensorType::kBF16 && spec.type != TensorType::kQ8_0) {
+    ThrowInputError("synth-lora: --type must be f32, f16, bf16 or q8_0");
+  }
+  const gguf::GgufFile base = gguf::GgufFile::Open(base_path);
+  const std::optional<std::string> arch = base.GetString("general.architecture");
+  if (!arch) ThrowInputError(base_path, ": lacks general.architecture");
+  const uint32_t block = GetTensorTypeInfo(spec.type).block_elems;
+  struct Matrix {
+    std::string name;
+    uint64_t cols, rows;
+  };
+  std::vector<Matrix> plan;  // lora_a then lora_b of each adapted tensor
+  for (const gguf::TensorInfo& t : base.tensors()) {
+    const bool adapted = t.dims.size() == 2 && t.name.rfind("blk.", 0) == 0 &&
+                         (t.name.find(".attn_") != std::string::npos ||
+                          t.name.find(".ffn_") != std::string::npos);
+    if (!adapted) continue;
+    if (t.dims[0] % block != 0 || spec.rank % block != 0) {
+      ThrowInputError("synth-lora: ", TensorTypeName(spec.type), " adapters need rows of whole ",
+                      block, "-element blocks, but '", t.name, "' has ", t.dims[0],
+                      " columns and the rank is ", spec.rank);
+    }
+    plan.push_back({t.name + ".lora_a", t.dims[0], spec.rank});
+    plan.push_back({t.name + ".lora_b", spec.rank, t.dims[1]});
+  }
+  if (plan.empty()) ThrowInputError(base_path, ": no attention or feed-forward matrices to adapt");
+
+  gguf::GgufWriter writer(path);
+  writer.Add("general.architecture", gguf::Value::String(*arch));
+  writer.Add("general.type", gguf::Value::String("adapter"));
+  writer.Add("adapter.type", gguf::Value::String("lora"));
+  writer.Add("adapter.lora.alpha", gguf::Value::F32(spec.alpha));
+  for (const Matrix& m : plan) writer.AddTensor(m.name, {m.cols, m.rows}, spec.type);
+  for (size_t mi = 0; mi < plan.size(); ++mi) {
+    const Matrix& m = plan[mi];
+    uint64_t row_bytes = 0;
+    (void)TensorTypeBytes(spec.type, m.cols, &row_bytes);
+    std::vector<float> row(m.cols);
+    std::vector<uint8_t> out(row_bytes);
+    for (uint64_t r = 0; r < m.rows; ++r) {
+      uint64_t state = spec.seed ^ (mi * 0x9E3779B97F4A7C15ull);
+      FillRandom(SplitMix(state) ^ (r * 0xD1B54A32D192ED03ull), spec.sigma, 0.0f, row.data(), m.cols);
+      simd::QuantizeRow(spec.type, row.data(), m.cols, out.data());
+      writer.WriteTensorData(out.data(), out.size());
     }
   }
   writer.Finish();

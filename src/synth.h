@@ -88,4 +88,21 @@ void WriteSyntheticModel(
     const SynthSpec& spec, const std::string& path,
     const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
 
+// Synthetic LoRA adapters in llama.cpp's GGUF adapter format, for any base
+// model: `rank` x n_in A and n_out x `rank` B for every attention and FFN
+// matrix of every layer, random (sigma as for synth weights, seeded),
+// stored as `type` (f32, f16, bf16 or q8_0: a Q8_0 adapter needs rows of
+// whole 32-blocks, so n_in and the rank must be multiples of 32), with
+// adapter.lora.alpha = `alpha`. For testing fusion on shapes and types the
+// fixtures do not cover.
+struct SynthLoraSpec {
+  uint32_t rank = 4;
+  float alpha = 8.0f;
+  TensorType type = TensorType::kF32;
+  float sigma = 0.02f;
+  uint64_t seed = 1;
+};
+void WriteSyntheticLora(const std::string& base_path, const SynthLoraSpec& spec,
+                        const std::string& path);
+
 }  // namespace sparrow

@@ -8,6 +8,7 @@ int RunCommand(int argc, char** argv);
 int PerplexityCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
 int SynthCommand(int argc, char** argv);
+int SynthLoraCommand(int argc, char** argv);
 int InfoCommand(int argc, char** argv);
 int ConvertCommand(int argc, char** argv);
 int ProbeIoCommand(int argc, char** argv);

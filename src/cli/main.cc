@@ -29,6 +29,8 @@ constexpr CommandEntry kCommands[] = {
      "perplexity of a text file (llama.cpp's method)"},
     {"bench", sparrow::cli::BenchCommand,
      "prompt and generation throughput, like llama-bench"},
+    {"synth-lora", sparrow::cli::SynthLoraCommand,
+     "write a random LoRA adapter for a base model (testing --lora)"},
     {"synth", sparrow::cli::SynthCommand,
      "write a llama GGUF with random weights of any shape and type"},
     {"info", sparrow::cli::InfoCommand,

@@ -74,4 +74,41 @@ int SynthCommand(int argc, char** argv) {
   return 0;
 }
 
+int SynthLoraCommand(int argc, char** argv) {
+  cxxopts::Options options("sparrow synth-lora",
+                           "Write a random LoRA adapter (llama.cpp's GGUF adapter format) for a "
+                           "base model: every attention and feed-forward matrix of every layer, "
+                           "for testing --lora on shapes and types of your own.");
+  options.add_options()
+      ("m,model", "Base model (GGUF)", cxxopts::value<std::string>())
+      ("o,output", "Output adapter (GGUF)", cxxopts::value<std::string>())
+      ("rank", "LoRA rank r", cxxopts::value<uint32_t>()->default_value("4"))
+      ("alpha", "adapter.lora.alpha (the update is scaled by alpha / r)",
+       cxxopts::value<std::string>()->default_value("8"))
+      ("type", "Type of lora_a and lora_b: f32, f16, bf16 or q8_0 (q8_0 needs a rank and "
+       "columns that are multiples of 32)", cxxopts::value<std::string>()->default_value("f32"))
+      ("sigma", "Standard deviation of the random values", cxxopts::value<std::string>()->default_value("0.02"))
+      ("seed", "Random seed", cxxopts::value<uint64_t>()->default_value("1"))
+      ("force", "Overwrite the output file if it exists");
+  cxxopts::ParseResult args;
+  if (!Parse(options, argc, argv, &args)) return 0;
+  const std::string model = Require(args, "model");
+  const std::string output = Require(args, "output");
+  SynthLoraSpec spec;
+  spec.rank = args["rank"].as<uint32_t>();
+  spec.alpha = static_cast<float>(RealOption(args, "alpha"));
+  spec.sigma = static_cast<float>(RealOption(args, "sigma"));
+  spec.seed = args["seed"].as<uint64_t>();
+  const std::optional<TensorType> type = ParseTensorType(args["type"].as<std::string>());
+  if (!type) ThrowInputError("synth-lora: unknown --type '", args["type"].as<std::string>(), "'");
+  spec.type = *type;
+  struct stat st {};
+  if (!args.count("force") && ::stat(output.c_str(), &st) == 0) {
+    ThrowInputError("synth-lora: '", output, "' exists (use --force to overwrite)");
+  }
+  WriteSyntheticLora(model, spec, output);
+  std::fprintf(stderr, "wrote %s\n", output.c_str());
+  return 0;
+}
+
 }  // namespace sparrow::cli

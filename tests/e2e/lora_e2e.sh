@@ -68,7 +68,32 @@ for model in "--lora $ADAPTER" "--lora $PEFT" "$WORK/fused.gguf" "$WORK/fused.sp
     || fail "greedy 200 tokens with ${model##*/} differ from llama.cpp's"
 done
 
-# 4. Malformed adapters and misuse: exit 2, one line, nothing written.
+# 4. Adapters of other types on a quantized model (synth-lora): fused at
+#    load and fused into a GGUF give the same perplexity; a bundle (records
+#    re-quantized once more) within 0.01%.
+"$SPARROW" synth -o "$WORK/q.gguf" --dim 128 --ffn 256 --layers 2 --heads 4 --vocab 1000 --type q8_0 \
+  --seed 3 2>/dev/null
+head -c 30000 "$SHARED/corpora/tinystories_val_excerpt.txt" >"$WORK/short.txt"
+qppl() { "$SPARROW" perplexity "$@" -f "$WORK/short.txt" -c 128 --chunks 4 2>/dev/null | ppl_of; }
+base=$(qppl -m "$WORK/q.gguf")
+for spec in "f16 8" "bf16 8" "q8_0 32"; do
+  set -- $spec
+  "$SPARROW" synth-lora -m "$WORK/q.gguf" -o "$WORK/a-$1.gguf" --rank "$2" --type "$1" --sigma 0.05 2>/dev/null
+  "$SPARROW" convert -m "$WORK/q.gguf" --lora "$WORK/a-$1.gguf" -o "$WORK/f-$1.gguf" 2>/dev/null
+  "$SPARROW" convert -m "$WORK/q.gguf" --lora "$WORK/a-$1.gguf" -o "$WORK/f-$1.sparrow" 2>/dev/null
+  load=$(qppl -m "$WORK/q.gguf" --lora "$WORK/a-$1.gguf")
+  merged=$(qppl -m "$WORK/f-$1.gguf")
+  bundled=$(qppl -m "$WORK/f-$1.sparrow")
+  if [ -n "$load" ] && [ "$load" = "$merged" ] && [ "$load" != "$base" ] &&
+     awk -v a="$bundled" -v b="$load" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }'; then
+    pass "synth-lora $1 rank $2 adapter on a q8_0 model: PPL $base -> $load at load, $merged merged, $bundled in a bundle"
+  else
+    fail "synth-lora $1 rank $2: base '$base', load '$load', merged '$merged', bundle '$bundled'"
+  fi
+done
+expect_input_error "a q8_0 adapter of rank 4" "$SPARROW" synth-lora -m "$WORK/q.gguf" -o "$WORK/bad.gguf" --rank 4 --type q8_0
+
+# 5. Malformed adapters and misuse: exit 2, one line, nothing written.
 expect_input_error "a model given as an adapter" "$SPARROW" run -m "$STORIES" --lora "$STORIES" -p hi -n 2
 sed 's/llama/qwen2/' "$ADAPTER" >"$WORK/other-arch.gguf"
 expect_input_error "an adapter for another architecture" "$SPARROW" run -m "$STORIES" --lora "$WORK/other-arch.gguf" -p hi -n 2
