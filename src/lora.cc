@@ -106,7 +106,11 @@ FusedLora FusedLora::Fuse(const gguf::GgufFile& base, const std::vector<LoraSpec
 
   uint64_t done = 0, total = 0;
   for (const auto& entry : updates) total += base.FindTensor(entry.first)->n_bytes;
-  for (const auto& [name, list] : updates) {
+  for (const auto& entry : updates) {
+    // Named, not a structured binding: lambdas may not capture those
+    // before C++20's clang 16.
+    const std::string& name = entry.first;
+    const std::vector<Update>& list = entry.second;
     const gguf::TensorInfo& w = *base.FindTensor(name);
     const size_t n_in = w.dims[0], n_out = w.dims[1];
     uint64_t row_bytes = 0;
