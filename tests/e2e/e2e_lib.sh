@@ -1,5 +1,6 @@
 # Shared by the end-to-end scripts (sourced after they set WORK): the
-# PASS/FAIL lines, the failure count, and the bad-input check.
+# PASS/FAIL lines, the failure count, the bad-input check, and numeric
+# comparisons.
 failures=0
 pass() { echo "PASS: $1"; }
 fail() { echo "FAIL: $1"; failures=$((failures + 1)); }
@@ -17,3 +18,10 @@ expect_input_error() {
     fail "$what -> exit $rc with $lines stderr lines: $(head -c 300 "$WORK/bad.err")"
   fi
 }
+
+# |a - b| <= tol
+within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= t) }'; }
+# |a - b| <= tol * |b|
+within_rel() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(d <= t * m) }'; }
+# The value of perplexity's last line, "PPL = <value> +/- <stderr>" (stdin).
+ppl_of() { tail -n 1 | sed -n 's/^PPL = \([0-9.]*\) +\/- [0-9.]*$/\1/p'; }

@@ -9,8 +9,6 @@ SHARED=$2
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 source "$(dirname "$0")/e2e_lib.sh"
-within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= t) }'; }
-ppl_of() { tail -n 1 | sed -n 's/^PPL = \([0-9.]*\) +\/- [0-9.]*$/\1/p'; }
 
 STORIES=$SHARED/models/stories260K.gguf
 ADAPTER=$SHARED/models/lora/stories260K-lora-r4.gguf
@@ -85,7 +83,7 @@ for spec in "f16 8" "bf16 8" "q8_0 32"; do
   merged=$(qppl -m "$WORK/f-$1.gguf")
   bundled=$(qppl -m "$WORK/f-$1.sparrow")
   if [ -n "$load" ] && [ "$load" = "$merged" ] && [ "$load" != "$base" ] &&
-     awk -v a="$bundled" -v b="$load" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }'; then
+     within_rel "$bundled" "$load" 1e-4; then
     pass "synth-lora $1 rank $2 adapter on a q8_0 model: PPL $base -> $load at load, $merged merged, $bundled in a bundle"
   else
     fail "synth-lora $1 rank $2: base '$base', load '$load', merged '$merged', bundle '$bundled'"

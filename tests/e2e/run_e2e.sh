@@ -8,10 +8,6 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 source "$(dirname "$0")/e2e_lib.sh"
 
-# |a - b| <= tol
-within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= t) }'; }
-# |a - b| <= tol * |b|
-within_rel() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(d <= t * m) }'; }
 
 STORIES=$SHARED/models/stories260K.gguf
 for f in "$STORIES" "$SHARED/models/llama-2-tiny-random.gguf" "$SHARED/reference/stories260K_greedy_200.txt" \
@@ -40,7 +36,7 @@ fi
 # 2. Perplexity equals llama.cpp's figure.
 head -c 100000 "$SHARED/corpora/tinystories_val_excerpt.txt" >"$WORK/ppl.txt"
 "$SPARROW" perplexity -m "$STORIES" -f "$WORK/ppl.txt" -c 256 >"$WORK/ppl.out" 2>"$WORK/ppl.err"
-ppl=$(tail -n 1 "$WORK/ppl.out" | sed -n 's/^PPL = \([0-9.]*\) +\/- [0-9.]*$/\1/p')
+ppl=$(ppl_of <"$WORK/ppl.out")
 if [ -n "$ppl" ] && within "$ppl" 3.9392 0.0005; then
   pass "perplexity $ppl equals llama.cpp's 3.9392 +/- 0.0005"
 else

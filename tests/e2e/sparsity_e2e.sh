@@ -8,7 +8,6 @@ SHARED=$2
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 source "$(dirname "$0")/e2e_lib.sh"
-ppl_of() { tail -n 1 | sed -n 's/^PPL = \([0-9.]*\) +\/- [0-9.]*$/\1/p'; }
 
 STORIES=$SHARED/models/stories260K.gguf
 head -c 100000 "$SHARED/corpora/tinystories_val_excerpt.txt" >"$WORK/ppl.txt"
