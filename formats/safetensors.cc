@@ -4,7 +4,6 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -27,6 +26,30 @@ std::string Quote(std::string_view text) {
 }
 
 size_t ElementBytes(DType d) { return d == DType::kF32 ? 4 : 2; }
+
+// Counts the keys of the top-level object (nested ones are not names).
+struct TopLevelKeyCounter : nlohmann::json_sax<nlohmann::json> {
+  size_t depth = 0;
+  size_t keys = 0;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth, true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return ++depth, true; }
+  bool end_array() override { return --depth, true; }
+  bool key(string_t&) override {
+    if (depth == 1) ++keys;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+};
 
 }  // namespace
 
@@ -72,28 +95,20 @@ void SafetensorsFile::Parse() {
                 " bytes (at most 100 MiB)"));
   }
   const char* text = reinterpret_cast<const char*>(bytes_.data() + 8);
-  // Names seen while parsing: nlohmann would keep only the last duplicate.
-  std::set<std::string> keys;
-  bool duplicate = false;
-  std::string duplicate_name;
-  const nlohmann::json::parser_callback_t on_key = [&](int depth, nlohmann::json::parse_event_t event,
-                                                       nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1 && !duplicate) {
-      const std::string key = parsed.get<std::string>();
-      if (!keys.insert(key).second) {
-        duplicate = true;
-        duplicate_name = key;
-      }
-    }
-    return true;
-  };
+  // nlohmann stops at a NUL as at the end of input: "{}\0..." would pass.
+  if (std::memchr(text, 0, header) != nullptr) fail("its header holds a NUL byte");
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(text, text + header, on_key);
+    doc = nlohmann::json::parse(text, text + header);
   } catch (const nlohmann::json::exception&) {
     fail("its header is not valid JSON");
   }
-  if (duplicate) fail(StrCat("tensor ", Quote(duplicate_name), " appears twice"));
+  // The format forbids repeated names, and the parser keeps only one of
+  // them: count the top-level keys in a second, linear pass (a parser
+  // callback would make large headers quadratic).
+  TopLevelKeyCounter counter;
+  nlohmann::json::sax_parse(text, text + header, &counter);
+  if (doc.is_object() && counter.keys != doc.size()) fail("a tensor name appears twice");
   if (!doc.is_object()) fail("its header is not a JSON object");
 
   const uint8_t* data = bytes_.data() + 8 + header;

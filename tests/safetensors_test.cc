@@ -102,6 +102,7 @@ TEST_CASE("safetensors: malformed files are refused with one line naming the pro
              data),
        "appears twice"},
       {"metadata not strings", Image(R"({"__metadata__": {"k": 1}})"), "is not a string"},
+      {"NUL in the header", Image(std::string("{}\0{\"a\": 1}", 11)), "NUL byte"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -110,6 +111,19 @@ TEST_CASE("safetensors: malformed files are refused with one line naming the pro
     CHECK(Contains(msg, "t.safetensors"));
     CHECK(msg.find('\n') == std::string::npos);
   }
+}
+
+// A parser callback made this quadratic (minutes for a 100 MiB header);
+// the reader must stay linear in the number of tensors.
+TEST_CASE("safetensors: a header with 200000 tensors reads in linear time") {
+  std::string header = "{";
+  const size_t n = 200000;
+  for (size_t i = 0; i < n; ++i) {
+    header += "\"t" + std::to_string(i) + "\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [0, 0]}";
+    header += i + 1 < n ? ", " : "}";
+  }
+  const SafetensorsFile file = SafetensorsFile::FromBytes(Image(header), "many.safetensors");
+  CHECK(file.tensors().size() == n);
 }
 
 TEST_CASE("safetensors: the PEFT fixture's adapter") {
