@@ -113,9 +113,30 @@ int main(int argc, char** argv) {
       [&] { std::copy(logits.begin(), logits.end(), buf.begin()); SoftmaxReference(buf.data(), kVocab); });
   add("SiluMul n=11008", [&] { SiluMul(gate.data(), up.data(), kFfn, out.data()); },
       [&] { SiluMulReference(gate.data(), up.data(), kFfn, out.data()); });
-  add("AttentionHead hd=128 n_pos=2048 stride=1024",
-      [&] { AttentionHead(q.data(), kv.data(), kv.data() + kHeadDim, 8 * kHeadDim, kCtx, kHeadDim, 0.088f, scratch.data(), out.data()); },
-      [&] { AttentionHeadReference(q.data(), kv.data(), kv.data() + kHeadDim, 8 * kHeadDim, kCtx, kHeadDim, 0.088f, scratch.data(), out.data()); });
+  // One head of 8 per cached row, keys in even head slots and values in odd
+  // ones, in each KV cache type (bytes read per call: 2 x 2048 heads).
+  struct StoredKv {
+    const char* name;
+    KvType type;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<StoredKv> caches = {{"f32", KvType::kF32, {}}, {"f16", KvType::kF16, {}},
+                                  {"q8_0", KvType::kQ8_0, {}}};
+  for (StoredKv& c : caches) {
+    c.bytes.resize(kCtx * 8 * KvHeadBytes(c.type, kHeadDim));
+    for (size_t t = 0; t < kCtx; ++t) {
+      StoreKvHeads(c.type, kv.data() + t * 8 * kHeadDim, 8, kHeadDim,
+                   c.bytes.data() + t * 8 * KvHeadBytes(c.type, kHeadDim));
+    }
+  }
+  for (const StoredKv& c : caches) {
+    const size_t head = KvHeadBytes(c.type, kHeadDim);
+    const KvRows keys{c.type, c.bytes.data(), 8 * head};
+    const KvRows values{c.type, c.bytes.data() + head, 8 * head};
+    add(std::string("AttentionHead ") + c.name + " hd=128 n_pos=2048",
+        [&, keys, values] { AttentionHead(q.data(), keys, values, kCtx, kHeadDim, 0.088f, scratch.data(), out.data()); },
+        [&, keys, values] { AttentionHeadReference(q.data(), keys, values, kCtx, kHeadDim, 0.088f, scratch.data(), out.data()); });
+  }
   add("Dot n=4096", [&] { sink = sink + static_cast<size_t>(Dot(x.data(), w.data(), kDim)); },
       [&] { sink = sink + static_cast<size_t>(DotReference(x.data(), w.data(), kDim)); });
   add("ArgMax n=151936", [&] { sink = sink + ArgMax(logits.data(), kVocab); },

@@ -3,8 +3,10 @@
 // Three passes, as llama.cpp's CPU path does for one head: scores
 // s_t = dot(q, k_t) * scale, softmax over t (softmax-inl.h: f32 exp, double
 // sum), then out = sum_t p_t v_t accumulated in f32, one position at a time.
-// Decoding streams n_pos * head_dim floats of K and of V per head, so memory
-// bandwidth, not arithmetic, bounds this; the passes stay simple.
+// Decoding streams n_pos * head_dim stored values of K and of V per head, so
+// memory bandwidth, not arithmetic, bounds this: f16 and Q8_0 caches are
+// widened to f32 in registers, which costs a few instructions per vector and
+// halves (quarters) the bytes read.
 
 #if defined(SPARROW_SIMD_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SPARROW_SIMD_ATTENTION_INL_H_
@@ -13,10 +15,16 @@
 #define SPARROW_SIMD_ATTENTION_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include <hwy/highway.h>
 
+#include "simd/quant_blocks.h"
+#include "simd/quantize-inl.h"  // PromoteHalf
 #include "simd/softmax-inl.h"
 #include "simd/vector_ops-inl.h"
 
@@ -26,55 +34,200 @@ namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
-HWY_INLINE void AttentionHeadImpl(const float* HWY_RESTRICT q,
-                                  const float* HWY_RESTRICT k,
-                                  const float* HWY_RESTRICT v, size_t stride,
-                                  size_t n_pos, size_t head_dim, float scale,
-                                  float* HWY_RESTRICT scratch,
-                                  float* HWY_RESTRICT out) {
-  const hn::ScalableTag<float> d;
-  for (size_t t = 0; t < n_pos; ++t) {
-    scratch[t] = DotImpl(d, q, k + t * stride, head_dim) * scale;
+// Stored head formats (attention.h's KvType). A head is a run of blocks;
+// block b starts at element b * kBlock, its values are multiplied by
+// Scale(head, start) (1 for unscaled formats).
+struct KvF32Format {
+  using T = float;
+  static constexpr size_t kBlock = ~size_t{0};  // one block: the whole head
+  static constexpr bool kScaled = false;
+  static const T* Values(const uint8_t* head, size_t start) {
+    return reinterpret_cast<const T*>(head) + start;
   }
-  SoftmaxImpl(scratch, n_pos);
+  static float Scale(const uint8_t*, size_t) { return 1.0f; }
+};
+struct KvF16Format {
+  using T = hwy::float16_t;
+  static constexpr size_t kBlock = ~size_t{0};
+  static constexpr bool kScaled = false;
+  static const T* Values(const uint8_t* head, size_t start) {
+    return reinterpret_cast<const T*>(head) + start;
+  }
+  static float Scale(const uint8_t*, size_t) { return 1.0f; }
+};
+struct KvQ8_0Format {
+  using T = int8_t;
+  static constexpr size_t kBlock = kQ8_0Elems;
+  static constexpr bool kScaled = true;
+  static const T* Values(const uint8_t* head, size_t start) {
+    return reinterpret_cast<const T*>(head + (start / kBlock) * sizeof(BlockQ8_0) + 2 +
+                                      start % kBlock);
+  }
+  static float Scale(const uint8_t* head, size_t start) {
+    uint16_t bits;
+    std::memcpy(&bits, head + (start / kBlock) * sizeof(BlockQ8_0), 2);
+    return HalfBitsToFloat(bits);
+  }
+};
 
-  const size_t N = hn::Lanes(d);
+// Vectors of stored values widened to f32.
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadWidened(DF df, const float* HWY_RESTRICT p) {
+  return hn::LoadU(df, p);
+}
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadWidened(DF df, const hwy::float16_t* HWY_RESTRICT p) {
+  return PromoteHalf(df, hn::LoadU(hn::Rebind<hwy::float16_t, DF>(), p));
+}
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadWidened(DF df, const int8_t* HWY_RESTRICT p) {
+  const hn::RebindToSigned<DF> di;
+  return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, DF>(), p)));
+}
+// The first `count` (< lanes) values, the other lanes zero; copied through a
+// buffer because the values past `count` may be the end of the cache.
+template <class DF, typename T>
+HWY_INLINE hn::Vec<DF> LoadWidenedTail(DF df, const T* HWY_RESTRICT p, size_t count) {
+  HWY_ALIGN T buf[HWY_MAX_BYTES / sizeof(float)] = {};
+  std::memcpy(buf, p, count * sizeof(T));
+  return LoadWidened(df, buf);
+}
+
+// dot(q, head) for a stored head. Vectors never straddle a block: the
+// caller's tag holds at most 32 lanes, which divides the Q8_0 block.
+template <class Format, class DF>
+HWY_INLINE float DotStored(DF df, const float* HWY_RESTRICT q,
+                           const uint8_t* HWY_RESTRICT head, size_t head_dim) {
+  const size_t N = hn::Lanes(df);
+  auto total0 = hn::Zero(df), total1 = hn::Zero(df);
+  for (size_t start = 0; start < head_dim;) {
+    const size_t len = std::min(Format::kBlock, head_dim - start);
+    const typename Format::T* values = Format::Values(head, start);
+    const float* qs = q + start;
+    // Two chains so consecutive multiply-adds do not wait on each other.
+    auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+    size_t i = 0;
+    for (; i + 2 * N <= len; i += 2 * N) {
+      acc0 = hn::MulAdd(hn::LoadU(df, qs + i), LoadWidened(df, values + i), acc0);
+      acc1 = hn::MulAdd(hn::LoadU(df, qs + i + N), LoadWidened(df, values + i + N), acc1);
+    }
+    if (i + N <= len) {
+      acc0 = hn::MulAdd(hn::LoadU(df, qs + i), LoadWidened(df, values + i), acc0);
+      i += N;
+    }
+    if (i < len) {
+      acc1 = hn::MulAdd(LoadTail(df, qs + i, len - i), LoadWidenedTail(df, values + i, len - i),
+                        acc1);
+    }
+    if constexpr (Format::kScaled) {
+      const auto s = hn::Set(df, Format::Scale(head, start));
+      total0 = hn::MulAdd(s, acc0, total0);
+      total1 = hn::MulAdd(s, acc1, total1);
+    } else {
+      total0 = hn::Add(total0, acc0);
+      total1 = hn::Add(total1, acc1);
+    }
+    start += len;
+  }
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(total0, total1)));
+}
+
+// Coefficient of the value vector at element e of a stored head.
+template <class Format, class DF>
+HWY_INLINE hn::Vec<DF> Coefficient(DF df, float p, const uint8_t* head, size_t e) {
+  if constexpr (Format::kScaled) return hn::Set(df, p * Format::Scale(head, e));
+  return hn::Set(df, p);
+}
+
+// out = sum_t p_t v_t over stored heads at v + t * stride.
+template <class Format, class DF>
+HWY_INLINE void WeightedSumStored(DF df, const float* HWY_RESTRICT p,
+                                  const uint8_t* HWY_RESTRICT v, size_t stride,
+                                  size_t n_pos, size_t head_dim,
+                                  float* HWY_RESTRICT out) {
+  const size_t N = hn::Lanes(df);
   size_t j = 0;
   // Blocks of up to four vectors of `out` stay in registers across all
   // positions; each V row is then read once per block.
   for (; j + 4 * N <= head_dim; j += 4 * N) {
-    auto o0 = hn::Zero(d), o1 = hn::Zero(d), o2 = hn::Zero(d),
-         o3 = hn::Zero(d);
+    auto o0 = hn::Zero(df), o1 = hn::Zero(df), o2 = hn::Zero(df), o3 = hn::Zero(df);
     for (size_t t = 0; t < n_pos; ++t) {
-      const float* HWY_RESTRICT row = v + t * stride + j;
-      const auto p = hn::Set(d, scratch[t]);
-      o0 = hn::MulAdd(p, hn::LoadU(d, row), o0);
-      o1 = hn::MulAdd(p, hn::LoadU(d, row + N), o1);
-      o2 = hn::MulAdd(p, hn::LoadU(d, row + 2 * N), o2);
-      o3 = hn::MulAdd(p, hn::LoadU(d, row + 3 * N), o3);
+      const uint8_t* head = v + t * stride;
+      if constexpr (Format::kScaled) {
+        if (2 * N <= Format::kBlock) {
+          // Vectors 0-1 share a block, as do 2-3 (all four when 4N <= 32):
+          // one scale per block, not per vector.
+          const float s01 = Format::Scale(head, j);
+          const float s23 = 4 * N <= Format::kBlock ? s01 : Format::Scale(head, j + 2 * N);
+          const auto c01 = hn::Set(df, p[t] * s01), c23 = hn::Set(df, p[t] * s23);
+          o0 = hn::MulAdd(c01, LoadWidened(df, Format::Values(head, j)), o0);
+          o1 = hn::MulAdd(c01, LoadWidened(df, Format::Values(head, j + N)), o1);
+          o2 = hn::MulAdd(c23, LoadWidened(df, Format::Values(head, j + 2 * N)), o2);
+          o3 = hn::MulAdd(c23, LoadWidened(df, Format::Values(head, j + 3 * N)), o3);
+          continue;
+        }
+        o0 = hn::MulAdd(Coefficient<Format>(df, p[t], head, j),
+                        LoadWidened(df, Format::Values(head, j)), o0);
+        o1 = hn::MulAdd(Coefficient<Format>(df, p[t], head, j + N),
+                        LoadWidened(df, Format::Values(head, j + N)), o1);
+        o2 = hn::MulAdd(Coefficient<Format>(df, p[t], head, j + 2 * N),
+                        LoadWidened(df, Format::Values(head, j + 2 * N)), o2);
+        o3 = hn::MulAdd(Coefficient<Format>(df, p[t], head, j + 3 * N),
+                        LoadWidened(df, Format::Values(head, j + 3 * N)), o3);
+      } else {
+        const typename Format::T* row = Format::Values(head, j);
+        const auto c = hn::Set(df, p[t]);
+        o0 = hn::MulAdd(c, LoadWidened(df, row), o0);
+        o1 = hn::MulAdd(c, LoadWidened(df, row + N), o1);
+        o2 = hn::MulAdd(c, LoadWidened(df, row + 2 * N), o2);
+        o3 = hn::MulAdd(c, LoadWidened(df, row + 3 * N), o3);
+      }
     }
-    hn::StoreU(o0, d, out + j);
-    hn::StoreU(o1, d, out + j + N);
-    hn::StoreU(o2, d, out + j + 2 * N);
-    hn::StoreU(o3, d, out + j + 3 * N);
+    hn::StoreU(o0, df, out + j);
+    hn::StoreU(o1, df, out + j + N);
+    hn::StoreU(o2, df, out + j + 2 * N);
+    hn::StoreU(o3, df, out + j + 3 * N);
   }
   for (; j + N <= head_dim; j += N) {
-    auto o = hn::Zero(d);
+    auto o = hn::Zero(df);
     for (size_t t = 0; t < n_pos; ++t) {
-      o = hn::MulAdd(hn::Set(d, scratch[t]), hn::LoadU(d, v + t * stride + j),
-                     o);
+      const uint8_t* head = v + t * stride;
+      o = hn::MulAdd(Coefficient<Format>(df, p[t], head, j),
+                     LoadWidened(df, Format::Values(head, j)), o);
     }
-    hn::StoreU(o, d, out + j);
+    hn::StoreU(o, df, out + j);
   }
   if (j < head_dim) {
     const size_t rest = head_dim - j;
-    auto o = hn::Zero(d);
+    auto o = hn::Zero(df);
     for (size_t t = 0; t < n_pos; ++t) {
-      o = hn::MulAdd(hn::Set(d, scratch[t]),
-                     LoadTail(d, v + t * stride + j, rest), o);
+      const uint8_t* head = v + t * stride;
+      o = hn::MulAdd(Coefficient<Format>(df, p[t], head, j),
+                     LoadWidenedTail(df, Format::Values(head, j), rest), o);
     }
-    StoreTail(d, o, out + j, rest);
+    StoreTail(df, o, out + j, rest);
   }
+}
+
+template <class KFormat, class VFormat>
+HWY_INLINE void AttentionHeadImpl(const float* HWY_RESTRICT q,
+                                  const uint8_t* HWY_RESTRICT k, size_t k_stride,
+                                  const uint8_t* HWY_RESTRICT v, size_t v_stride,
+                                  size_t n_pos, size_t head_dim, float scale,
+                                  float* HWY_RESTRICT scratch,
+                                  float* HWY_RESTRICT out) {
+  // At most 32 lanes, so no vector straddles a Q8_0 block.
+  const hn::CappedTag<float, 32> d;
+  for (size_t t = 0; t < n_pos; ++t) {
+    const uint8_t* head = k + t * k_stride;
+    if constexpr (std::is_same_v<KFormat, KvF32Format>) {
+      scratch[t] = DotImpl(d, q, reinterpret_cast<const float*>(head), head_dim) * scale;
+    } else {
+      scratch[t] = DotStored<KFormat>(d, q, head, head_dim) * scale;
+    }
+  }
+  SoftmaxImpl(scratch, n_pos);
+  WeightedSumStored<VFormat>(d, scratch, v, v_stride, n_pos, head_dim, out);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -1,19 +1,49 @@
-// Dispatch and scalar reference for single-head attention.
+// Dispatch, storage helpers and scalar reference for single-head attention.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "simd/attention.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "simd/attention.h"
 #include "simd/attention-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace sparrow::simd {
 namespace HWY_NAMESPACE {
 
-void AttentionHeadT(const float* q, const float* k, const float* v,
-                    size_t stride, size_t n_pos, size_t head_dim, float scale,
-                    float* scratch, float* out) {
-  AttentionHeadImpl(q, k, v, stride, n_pos, head_dim, scale, scratch, out);
+template <class KFormat>
+void AttentionWithKeys(const float* q, const uint8_t* k, size_t k_stride, KvType v_type,
+                       const uint8_t* v, size_t v_stride, size_t n_pos, size_t head_dim,
+                       float scale, float* scratch, float* out) {
+  switch (v_type) {
+    case KvType::kF32:
+      return AttentionHeadImpl<KFormat, KvF32Format>(q, k, k_stride, v, v_stride, n_pos,
+                                                     head_dim, scale, scratch, out);
+    case KvType::kF16:
+      return AttentionHeadImpl<KFormat, KvF16Format>(q, k, k_stride, v, v_stride, n_pos,
+                                                     head_dim, scale, scratch, out);
+    case KvType::kQ8_0:
+      return AttentionHeadImpl<KFormat, KvQ8_0Format>(q, k, k_stride, v, v_stride, n_pos,
+                                                      head_dim, scale, scratch, out);
+  }
+}
+
+void AttentionHeadT(const float* q, KvType k_type, const void* k, size_t k_stride,
+                    KvType v_type, const void* v, size_t v_stride, size_t n_pos,
+                    size_t head_dim, float scale, float* scratch, float* out) {
+  const auto* kb = static_cast<const uint8_t*>(k);
+  const auto* vb = static_cast<const uint8_t*>(v);
+  switch (k_type) {
+    case KvType::kF32:
+      return AttentionWithKeys<KvF32Format>(q, kb, k_stride, v_type, vb, v_stride, n_pos,
+                                            head_dim, scale, scratch, out);
+    case KvType::kF16:
+      return AttentionWithKeys<KvF16Format>(q, kb, k_stride, v_type, vb, v_stride, n_pos,
+                                            head_dim, scale, scratch, out);
+    case KvType::kQ8_0:
+      return AttentionWithKeys<KvQ8_0Format>(q, kb, k_stride, v_type, vb, v_stride, n_pos,
+                                             head_dim, scale, scratch, out);
+  }
 }
 
 }  // namespace HWY_NAMESPACE
@@ -22,7 +52,12 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "simd/attention.h"
+#include "simd/quantize.h"
 #include "simd/softmax.h"
 #include "simd/vector_ops.h"
 
@@ -30,29 +65,105 @@ namespace sparrow::simd {
 
 HWY_EXPORT(AttentionHeadT);
 
-void AttentionHead(const float* q, const float* k, const float* v,
-                   size_t stride, size_t n_pos, size_t head_dim, float scale,
-                   float* scratch, float* out) {
-  HWY_DYNAMIC_DISPATCH(AttentionHeadT)(q, k, v, stride, n_pos, head_dim, scale,
-                                       scratch, out);
+void AttentionHead(const float* q, const KvRows& k, const KvRows& v, size_t n_pos,
+                   size_t head_dim, float scale, float* scratch, float* out) {
+  HWY_DYNAMIC_DISPATCH(AttentionHeadT)(q, k.type, k.data, k.stride, v.type, v.data, v.stride,
+                                       n_pos, head_dim, scale, scratch, out);
 }
 
-// Built from the other references: double-accumulated dots, the reference
-// softmax, and the weighted sum of V accumulated in double.
-void AttentionHeadReference(const float* q, const float* k, const float* v,
-                            size_t stride, size_t n_pos, size_t head_dim,
-                            float scale, float* scratch, float* out) {
+size_t KvHeadBytes(KvType type, size_t head_dim) {
+  switch (type) {
+    case KvType::kF32:
+      return head_dim * sizeof(float);
+    case KvType::kF16:
+      return head_dim * sizeof(uint16_t);
+    case KvType::kQ8_0:
+      return head_dim + 2 * ((head_dim + kQ8_0Elems - 1) / kQ8_0Elems);
+  }
+  return 0;
+}
+
+// Q8_0 with a short last block: the block is padded with zeros (which do
+// not change its absmax) and quantized by ggml's rule, then cut to size.
+static void StoreQ8_0Head(const float* src, size_t head_dim, uint8_t* dst) {
+  for (size_t start = 0; start < head_dim; start += kQ8_0Elems) {
+    const size_t len = std::min(kQ8_0Elems, head_dim - start);
+    float padded[kQ8_0Elems] = {};
+    std::memcpy(padded, src + start, len * sizeof(float));
+    uint8_t block[sizeof(BlockQ8_0)];
+    QuantizeRow(TensorType::kQ8_0, padded, kQ8_0Elems, block);
+    std::memcpy(dst, block, 2 + len);
+    dst += 2 + len;
+  }
+}
+
+void StoreKvHeads(KvType type, const float* src, size_t n_heads, size_t head_dim,
+                  void* dst) {
+  auto* out = static_cast<uint8_t*>(dst);
+  switch (type) {
+    case KvType::kF32:
+      std::memcpy(out, src, n_heads * head_dim * sizeof(float));
+      return;
+    case KvType::kF16:
+      for (size_t i = 0; i < n_heads * head_dim; ++i) {
+        const uint16_t h = F32ToF16(src[i]);
+        std::memcpy(out + 2 * i, &h, 2);
+      }
+      return;
+    case KvType::kQ8_0: {
+      const size_t bytes = KvHeadBytes(type, head_dim);
+      for (size_t h = 0; h < n_heads; ++h) {
+        StoreQ8_0Head(src + h * head_dim, head_dim, out + h * bytes);
+      }
+      return;
+    }
+  }
+}
+
+void LoadKvHead(KvType type, const void* src, size_t head_dim, float* dst) {
+  const auto* in = static_cast<const uint8_t*>(src);
+  switch (type) {
+    case KvType::kF32:
+      std::memcpy(dst, in, head_dim * sizeof(float));
+      return;
+    case KvType::kF16:
+      for (size_t i = 0; i < head_dim; ++i) {
+        uint16_t h;
+        std::memcpy(&h, in + 2 * i, 2);
+        dst[i] = F16ToF32(h);
+      }
+      return;
+    case KvType::kQ8_0:
+      for (size_t start = 0; start < head_dim; start += kQ8_0Elems) {
+        const size_t len = std::min(kQ8_0Elems, head_dim - start);
+        uint16_t bits;
+        std::memcpy(&bits, in, 2);
+        const float d = F16ToF32(bits);
+        for (size_t i = 0; i < len; ++i) {
+          dst[start + i] = d * static_cast<float>(static_cast<int8_t>(in[2 + i]));
+        }
+        in += 2 + len;
+      }
+      return;
+  }
+}
+
+// Built from the other references: each stored row widened exactly, double-
+// accumulated dots, the reference softmax, the weighted sum of V in double.
+void AttentionHeadReference(const float* q, const KvRows& k, const KvRows& v, size_t n_pos,
+                            size_t head_dim, float scale, float* scratch, float* out) {
+  std::vector<float> row(head_dim);
   for (size_t t = 0; t < n_pos; ++t) {
-    scratch[t] = DotReference(q, k + t * stride, head_dim) * scale;
+    LoadKvHead(k.type, static_cast<const uint8_t*>(k.data) + t * k.stride, head_dim, row.data());
+    scratch[t] = DotReference(q, row.data(), head_dim) * scale;
   }
   SoftmaxReference(scratch, n_pos);
-  for (size_t j = 0; j < head_dim; ++j) {
-    double sum = 0.0;
-    for (size_t t = 0; t < n_pos; ++t) {
-      sum += static_cast<double>(scratch[t]) * v[t * stride + j];
-    }
-    out[j] = static_cast<float>(sum);
+  std::vector<double> sum(head_dim, 0.0);
+  for (size_t t = 0; t < n_pos; ++t) {
+    LoadKvHead(v.type, static_cast<const uint8_t*>(v.data) + t * v.stride, head_dim, row.data());
+    for (size_t j = 0; j < head_dim; ++j) sum[j] += static_cast<double>(scratch[t]) * row[j];
   }
+  for (size_t j = 0; j < head_dim; ++j) out[j] = static_cast<float>(sum[j]);
 }
 
 }  // namespace sparrow::simd

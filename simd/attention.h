@@ -1,20 +1,52 @@
-// Attention of one query head over cached keys and values.
+// Attention of one query head over cached keys and values, and the storage
+// types of those caches.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace sparrow::simd {
 
-// Keys and values of position t are at k + t*stride and v + t*stride
-// (head_dim floats each). Computes s_t = scale * dot(q, k_t) for t < n_pos,
-// p = softmax(s), out = sum_t p_t v_t. `scratch` holds n_pos floats and
-// ends up holding p. With n_pos == 0, out is all zeros. `out` must not
-// overlap the inputs.
-void AttentionHead(const float* q, const float* k, const float* v,
-                   size_t stride, size_t n_pos, size_t head_dim, float scale,
-                   float* scratch, float* out);
-void AttentionHeadReference(const float* q, const float* k, const float* v,
-                            size_t stride, size_t n_pos, size_t head_dim,
-                            float scale, float* scratch, float* out);
+// How one head of one position is stored in a KV cache:
+// - kF32, kF16: head_dim values;
+// - kQ8_0: ggml's Q8_0 blocks along the head (an f16 scale d, then 32 int8
+//   q, x = d * q), the last block shorter when head_dim is not a multiple
+//   of 32 (its scale still comes first). With head_dim a multiple of 32 a
+//   head is exactly ggml's Q8_0 row.
+enum class KvType : uint8_t { kF32, kF16, kQ8_0 };
+
+// Bytes of one head of head_dim values.
+size_t KvHeadBytes(KvType type, size_t head_dim);
+
+// Stores n_heads consecutive heads of head_dim floats from `src` into `dst`
+// (n_heads * KvHeadBytes bytes). F16 rounds to nearest even; Q8_0 picks the
+// scale and rounds as ggml's quantizer does (d = absmax / 127, q rounded
+// half away from zero), so a head of 32k values is bit-equal to ggml's.
+void StoreKvHeads(KvType type, const float* src, size_t n_heads,
+                  size_t head_dim, void* dst);
+// One stored head back to f32 (exact for f32/f16; d * q for Q8_0).
+void LoadKvHead(KvType type, const void* src, size_t head_dim, float* dst);
+
+// The keys (or values) of one head for every position: position t's head
+// starts at data + t * stride bytes.
+struct KvRows {
+  KvType type = KvType::kF32;
+  const void* data = nullptr;
+  size_t stride = 0;  // bytes
+};
+
+// Computes s_t = scale * dot(q, k_t) for t < n_pos, p = softmax(s),
+// out = sum_t p_t v_t, reading K and V in their stored types (f16 and Q8_0
+// are widened to f32 in registers; products and sums are f32). `scratch`
+// holds n_pos floats and ends up holding p. With n_pos == 0, out is all
+// zeros. `out` must not overlap the inputs.
+void AttentionHead(const float* q, const KvRows& k, const KvRows& v,
+                   size_t n_pos, size_t head_dim, float scale, float* scratch,
+                   float* out);
+// Scalar reference: each row widened with LoadKvHead, double-accumulated
+// dots, the reference softmax, and the weighted sum of V in double.
+void AttentionHeadReference(const float* q, const KvRows& k, const KvRows& v,
+                            size_t n_pos, size_t head_dim, float scale,
+                            float* scratch, float* out);
 
 }  // namespace sparrow::simd

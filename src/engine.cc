@@ -51,6 +51,7 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
 
   LoadedModel out;
   out.format = "bundle";
+  out.kv_types = options.kv_types;
   out.n_ctx = ResolveContext(config, options.n_ctx);
   out.max_batch = options.max_batch > 0 ? options.max_batch : 64;
   out.budget = std::make_shared<MemoryBudget>(options.dram_budget);
@@ -61,7 +62,7 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   const uint64_t metadata = MetadataBytes(bndl->header());
   const uint64_t resident = bndl->resident_bytes();
   const uint64_t session = Session::MemoryBytes(config, out.n_ctx, out.max_batch,
-                                                options.logits_rows, ThreadCount());
+                                                options.logits_rows, ThreadCount(), options.kv_types);
   const uint64_t minimum = process + metadata + resident + session +
                            StreamedFeedForward::MinimumBytes(*bndl, options.stream, config,
                                                              out.max_batch) +
@@ -106,6 +107,7 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
   }
   LoadedModel out;
   out.format = "gguf";
+  out.kv_types = options.kv_types;
   uint64_t fused_bytes = 0;
   if (options.lora.empty()) {
     out.model = Model::Open(path);
@@ -126,7 +128,8 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
     const uint64_t process = ProcessFootprintBytes(ThreadCount(), 0);
     const uint64_t weights = out.model->weight_bytes();
     const uint64_t session = Session::MemoryBytes(c, out.n_ctx, out.max_batch,
-                                                  options.logits_rows, ThreadCount()) +
+                                                  options.logits_rows, ThreadCount(),
+                                                  options.kv_types) +
                              2ull * out.max_batch * c.d_ff * sizeof(float);
     const uint64_t minimum = process + weights + fused_bytes + session;
     if (minimum > out.budget->limit()) {

@@ -23,6 +23,7 @@ struct EngineOptions {
   size_t n_ctx = 0;          // 0: the model's context length, at most 4096
   size_t max_batch = 0;      // tokens per forward pass; 0: 512 resident, 64 streamed
   size_t logits_rows = 1;    // tokens whose logits are kept (perplexity: n_ctx)
+  KvCacheTypes kv_types;     // how the KV cache stores keys and values
   StreamConfig stream;       // streamed models only
   SparsityOptions sparsity;  // which FFN units each token uses (bundles only)
   // LoRA adapters fused at load (GGUF models; bundles fuse them at
@@ -36,6 +37,7 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   size_t n_ctx = 0;
   size_t max_batch = 0;
+  KvCacheTypes kv_types;  // what the budget was charged for: sessions use it
   std::shared_ptr<MemoryBudget> budget;
   StreamedFeedForward* streamed = nullptr;  // set when the FFN streams
   std::string format;                       // "gguf" or "bundle"

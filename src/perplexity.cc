@@ -21,7 +21,8 @@ double LogProbability(const float* logits, size_t n, int32_t target) {
 
 PerplexityResult ComputePerplexity(
     const Model& model, const std::vector<int32_t>& tokens, size_t n_ctx,
-    size_t max_batch, size_t max_chunks, const std::function<void(size_t, double)>& on_chunk) {
+    size_t max_batch, KvCacheTypes kv_types, size_t max_chunks,
+    const std::function<void(size_t, double)>& on_chunk) {
   if (n_ctx < 4) ThrowInputError("perplexity needs a context of at least 4 tokens");
   size_t chunks = tokens.size() / n_ctx;
   if (max_chunks > 0) chunks = std::min(chunks, max_chunks);
@@ -32,7 +33,7 @@ PerplexityResult ComputePerplexity(
   const Tokenizer& tok = model.tokenizer();
   const size_t n_vocab = model.config().n_vocab;
   const size_t first = n_ctx / 2;
-  Session session(model, n_ctx, max_batch);
+  Session session(model, n_ctx, max_batch, kv_types);
   std::vector<int32_t> chunk(n_ctx);
   double nll = 0.0, nll2 = 0.0;
   size_t count = 0;

@@ -13,6 +13,8 @@
 #include <functional>
 #include <vector>
 
+#include "src/model/kv_cache.h"
+
 namespace sparrow {
 
 class Model;
@@ -27,7 +29,7 @@ struct PerplexityResult {
 // max_chunks = 0: all whole chunks. on_chunk(i, running_ppl) after each.
 PerplexityResult ComputePerplexity(
     const Model& model, const std::vector<int32_t>& tokens, size_t n_ctx,
-    size_t max_batch, size_t max_chunks,
+    size_t max_batch, KvCacheTypes kv_types, size_t max_chunks,
     const std::function<void(size_t, double)>& on_chunk = nullptr);
 
 }  // namespace sparrow

@@ -50,15 +50,15 @@ std::vector<int32_t> RandomTokens(size_t n, uint32_t vocab) {
   return out;
 }
 
-double TimePrompt(const Model& model, size_t max_batch, const std::vector<int32_t>& tokens) {
-  Session session(model, tokens.size(), max_batch);
+double TimePrompt(const LoadedModel& loaded, const std::vector<int32_t>& tokens) {
+  Session session(*loaded.model, tokens.size(), loaded.max_batch, loaded.kv_types);
   const double t0 = NowSeconds();
   session.Eval(tokens.data(), tokens.size(), false);
   return NowSeconds() - t0;
 }
 
-double TimeGeneration(const Model& model, size_t max_batch, const std::vector<int32_t>& tokens) {
-  Session session(model, tokens.size(), max_batch);
+double TimeGeneration(const LoadedModel& loaded, const std::vector<int32_t>& tokens) {
+  Session session(*loaded.model, tokens.size(), loaded.max_batch, loaded.kv_types);
   const double t0 = NowSeconds();
   for (const int32_t& t : tokens) session.Eval(&t, 1, false);
   return NowSeconds() - t0;
@@ -115,7 +115,6 @@ int BenchCommand(int argc, char** argv) {
   engine.n_ctx = static_cast<size_t>(std::max(n_prompt, n_gen));
   const LoadedModel loaded = OpenModel(path, engine);
   const Model* model = loaded.model.get();
-  const size_t max_batch = loaded.max_batch;
   const ModelConfig& config = model->config();
   // A bundle's feed-forward is not among the resident weights: count it.
   uint64_t model_bytes = model->weight_bytes();
@@ -135,15 +134,15 @@ int BenchCommand(int argc, char** argv) {
     if (n_prompt > 0) {
       const std::vector<int32_t> tokens = RandomTokens(n_prompt, vocab);
       BenchResult r{threads, StrCat("pp", n_prompt), n_prompt, 0, {}};
-      TimePrompt(*model, max_batch, tokens);  // warm-up
-      for (int i = 0; i < reps; ++i) r.samples.push_back(n_prompt / TimePrompt(*model, max_batch, tokens));
+      TimePrompt(loaded, tokens);  // warm-up
+      for (int i = 0; i < reps; ++i) r.samples.push_back(n_prompt / TimePrompt(loaded, tokens));
       results.push_back(r);
     }
     if (n_gen > 0) {
       const std::vector<int32_t> tokens = RandomTokens(n_gen, vocab);
       BenchResult r{threads, StrCat("tg", n_gen), 0, n_gen, {}};
-      TimeGeneration(*model, max_batch, tokens);  // warm-up
-      for (int i = 0; i < reps; ++i) r.samples.push_back(n_gen / TimeGeneration(*model, max_batch, tokens));
+      TimeGeneration(loaded, tokens);  // warm-up
+      for (int i = 0; i < reps; ++i) r.samples.push_back(n_gen / TimeGeneration(loaded, tokens));
       results.push_back(r);
     }
   }

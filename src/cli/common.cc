@@ -11,8 +11,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <iostream>
 #include <sstream>
+#include <string_view>
+#include <utility>
 
 #include "base/error.h"
 #include "base/output_file.h"
@@ -55,7 +58,11 @@ void AddModelOptions(cxxopts::Options& options) {
       ("io-threads", "Parallel reads in flight", cxxopts::value<int>()->default_value("16"))
       ("read-gap", "Read the gap between two missing records as part of one read when it is at "
        "most this many bytes (e.g. 32K; Ripple's access collapse): fewer, larger reads for "
-       "scattered units", cxxopts::value<std::string>()->default_value("0"));
+       "scattered units", cxxopts::value<std::string>()->default_value("0"))
+      ("cache-type-k", "KV cache type for keys (-ctk): f16, f32 or q8_0",
+       cxxopts::value<std::string>()->default_value(kKvTypes[0].name))
+      ("cache-type-v", "KV cache type for values (-ctv): f16, f32 or q8_0",
+       cxxopts::value<std::string>()->default_value(kKvTypes[0].name));
   options.add_options("sparsity")
       ("sparsity", "Which FFN units each token uses (bundles): dense; dip, dip-ca, glu (dip "
        "layout); up, gate (split layout)", cxxopts::value<std::string>()->default_value("dense"))
@@ -87,6 +94,8 @@ EngineOptions ParseStreamOptions(const cxxopts::ParseResult& args, const std::st
   }
   const std::string gap = args["read-gap"].as<std::string>();
   o.stream.max_gap_bytes = gap == "0" ? 0 : ParseByteSize(gap, 0, "--read-gap");
+  o.kv_types.k = ParseKvType(args["cache-type-k"].as<std::string>(), "--cache-type-k");
+  o.kv_types.v = ParseKvType(args["cache-type-v"].as<std::string>(), "--cache-type-v");
   return o;
 }
 
@@ -186,9 +195,17 @@ bool Parse(cxxopts::Options& options, int argc, char** argv,
   options.add_options()("h,help", "Show this help");
   // cxxopts takes one value per flag: "--lora-scaled ADAPTER SCALE" becomes
   // "--lora-scaled=SCALE:ADAPTER" (a scale holds no ':'; a path may).
+  // llama.cpp's multi-letter short flags, which cxxopts would read as
+  // grouped one-letter ones (-c -t -k).
+  static constexpr std::pair<std::string_view, std::string_view> kLongShortFlags[] = {
+      {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}};
   std::vector<std::string> joined;
   for (int i = 0; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--lora-scaled") {
+    const auto alias = std::find_if(std::begin(kLongShortFlags), std::end(kLongShortFlags),
+                                    [&](const auto& a) { return a.first == argv[i]; });
+    if (i > 0 && alias != std::end(kLongShortFlags)) {
+      joined.emplace_back(alias->second);
+    } else if (std::string_view(argv[i]) == "--lora-scaled") {
       if (i + 2 >= argc) ThrowInputError("--lora-scaled takes an adapter and a scale");
       joined.push_back(StrCat("--lora-scaled=", argv[i + 2], ":", argv[i + 1]));
       i += 2;

@@ -52,7 +52,7 @@ struct DecodeFigures {
 
 DecodeFigures Decode(const LoadedModel& loaded, const std::vector<int32_t>& prompt, size_t n_gen) {
   const Model& model = *loaded.model;
-  Session session(model, loaded.n_ctx, loaded.max_batch);
+  Session session(model, loaded.n_ctx, loaded.max_batch, loaded.kv_types);
   const float* logits = session.Eval(prompt.data(), prompt.size(), false);
   const size_t first_record = loaded.streamed->stats().per_token().size();
   double seconds = 0.0;
@@ -223,7 +223,8 @@ int TradeoffCommand(int argc, char** argv) {
           ThrowInputError("the text has ", tokens.size(), " tokens, fewer than one chunk of ", ctx);
         }
         const PerplexityResult r = ComputePerplexity(model, tokens, static_cast<size_t>(ctx),
-                                                     loaded.max_batch, static_cast<size_t>(chunks));
+                                                     loaded.max_batch, loaded.kv_types,
+                                                     static_cast<size_t>(chunks));
         p.ppl = r.ppl;
         p.ppl_stderr = r.ppl_stderr;
       }

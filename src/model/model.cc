@@ -84,11 +84,19 @@ void Model::Tally() {
   }
 }
 
-Session::Session(const Model& model, size_t n_ctx, size_t max_batch)
+namespace {
+
+KvShape ShapeOf(const ModelConfig& c, size_t n_ctx) {
+  return KvShape{c.n_layers, n_ctx, c.n_kv_heads, c.head_dim};
+}
+
+}  // namespace
+
+Session::Session(const Model& model, size_t n_ctx, size_t max_batch, KvCacheTypes kv_types)
     : model_(model),
       c_(model.config()),
       max_batch_(std::max<size_t>(1, std::min(max_batch, n_ctx))),
-      kv_(model.config().n_layers, n_ctx, model.config().kv_dim()) {
+      kv_(ShapeOf(model.config(), n_ctx), kv_types) {
   if (n_ctx == 0) ThrowInputError("context size must be at least 1");
   const size_t b = max_batch_;
   x_.Reset(b * c_.d_model);
@@ -103,14 +111,14 @@ Session::Session(const Model& model, size_t n_ctx, size_t max_batch)
 }
 
 uint64_t Session::MemoryBytes(const ModelConfig& c, size_t n_ctx, size_t max_batch,
-                              size_t logits_rows, int threads) {
+                              size_t logits_rows, int threads, KvCacheTypes kv_types) {
   const size_t b = std::max<size_t>(1, std::min(max_batch, n_ctx));
-  const uint64_t kv = 2ull * c.n_layers * n_ctx * c.kv_dim();
   const uint64_t activations = 3ull * b * c.d_model + 2ull * b * c.q_dim() + 2ull * b * c.kv_dim() +
                                2ull * b * (c.rope_dims / 2 + 1);
   const uint64_t scores = static_cast<uint64_t>(threads) * n_ctx;
   const uint64_t logits = static_cast<uint64_t>(std::max<size_t>(logits_rows, 1)) * c.n_vocab;
-  return (kv + activations + scores + logits) * sizeof(float);
+  return KvCache::Bytes(ShapeOf(c, n_ctx), kv_types) +
+         (activations + scores + logits) * sizeof(float);
 }
 
 const float* Session::Eval(const int32_t* tokens, size_t n, bool all_logits) {
@@ -164,8 +172,6 @@ void Session::Attention(uint32_t layer, size_t n) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t threads = static_cast<size_t>(ThreadCount());
   if (scores_.size() < threads * kv_.n_ctx()) scores_.Reset(threads * kv_.n_ctx());
-  const float* keys = kv_.keys(layer, 0);
-  const float* values = kv_.values(layer, 0);
   // Enough (query, head) pairs per chunk that a thread's share outweighs
   // the cost of waking it (~32K multiply-adds).
   const size_t work_per_item = (n_past_ + n) * hd * 2;
@@ -176,9 +182,8 @@ void Session::Attention(uint32_t layer, size_t n) {
       const size_t t = item / c_.n_heads;
       const size_t head = item % c_.n_heads;
       const size_t kv_head = head / group;
-      ops::AttentionHead(q_.data() + t * c_.q_dim() + head * hd,
-                         keys + kv_head * hd, values + kv_head * hd,
-                         kv_.kv_dim(), n_past_ + t + 1, hd, scale, scratch,
+      ops::AttentionHead(q_.data() + t * c_.q_dim() + head * hd, kv_.Keys(layer, kv_head),
+                         kv_.Values(layer, kv_head), n_past_ + t + 1, hd, scale, scratch,
                          att_.data() + t * c_.q_dim() + head * hd);
     }
   });
@@ -216,8 +221,8 @@ void Session::Forward(const int32_t* tokens, size_t n, bool all_logits,
       const float* sin = rope_sin_.data() + t * pairs;
       ops::ApplyRope(q, c_.n_heads, c_.head_dim, c_.rope_dims, cos, sin, c_.rope_style);
       ops::ApplyRope(k, c_.n_kv_heads, c_.head_dim, c_.rope_dims, cos, sin, c_.rope_style);
-      std::memcpy(kv_.keys(layer, n_past_ + t), k, c_.kv_dim() * sizeof(float));
-      std::memcpy(kv_.values(layer, n_past_ + t), v, c_.kv_dim() * sizeof(float));
+      kv_.StoreKeys(layer, n_past_ + t, k);
+      kv_.StoreValues(layer, n_past_ + t, v);
     }
     Attention(layer, n);
     ops::MatMul(l.wo, att_.data(), n, o_.data());

@@ -62,13 +62,14 @@ class Model {
 class Session {
  public:
   // n_ctx: positions the KV cache holds. max_batch: tokens per forward pass;
-  // longer inputs are split.
-  Session(const Model& model, size_t n_ctx, size_t max_batch = 512);
+  // longer inputs are split. kv_types: how keys and values are stored.
+  Session(const Model& model, size_t n_ctx, size_t max_batch = 512,
+          KvCacheTypes kv_types = {});
 
   // Bytes a session allocates (KV cache, activations, attention scratch,
   // logits for `logits_rows` tokens), for the DRAM budget.
   static uint64_t MemoryBytes(const ModelConfig& config, size_t n_ctx, size_t max_batch,
-                              size_t logits_rows, int threads);
+                              size_t logits_rows, int threads, KvCacheTypes kv_types);
 
   // Runs `tokens` at positions n_past() .. and returns their logits: all of
   // them (n x n_vocab, row-major) if all_logits, else the last token's.

@@ -87,14 +87,12 @@ void SiluMul(const float* gate, const float* up, size_t n, float* out) {
   }
 }
 
-void AttentionHead(const float* q, const float* k, const float* v,
-                   size_t stride, size_t n_pos, size_t head_dim, float scale,
-                   float* scratch, float* out) {
+void AttentionHead(const float* q, const simd::KvRows& k, const simd::KvRows& v,
+                   size_t n_pos, size_t head_dim, float scale, float* scratch, float* out) {
   if (Fast()) {
-    simd::AttentionHead(q, k, v, stride, n_pos, head_dim, scale, scratch, out);
+    simd::AttentionHead(q, k, v, n_pos, head_dim, scale, scratch, out);
   } else {
-    simd::AttentionHeadReference(q, k, v, stride, n_pos, head_dim, scale,
-                                 scratch, out);
+    simd::AttentionHeadReference(q, k, v, n_pos, head_dim, scale, scratch, out);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "formats/tensor_type.h"
+#include "simd/attention.h"
 #include "simd/rope.h"
 
 namespace sparrow::ops {
@@ -69,9 +70,8 @@ void RmsNorm(const float* x, const float* weight, size_t n, float eps,
 void ApplyRope(float* heads, size_t n_heads, size_t head_dim, size_t rope_dims,
                const float* cos, const float* sin, simd::RopeStyle style);
 void SiluMul(const float* gate, const float* up, size_t n, float* out);
-void AttentionHead(const float* q, const float* k, const float* v,
-                   size_t stride, size_t n_pos, size_t head_dim, float scale,
-                   float* scratch, float* out);
+void AttentionHead(const float* q, const simd::KvRows& k, const simd::KvRows& v,
+                   size_t n_pos, size_t head_dim, float scale, float* scratch, float* out);
 void AddInPlace(const float* x, float* y, size_t n);
 
 }  // namespace sparrow::ops

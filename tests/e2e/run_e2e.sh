@@ -43,6 +43,18 @@ else
   fail "perplexity '$(tail -n 1 "$WORK/ppl.out")' is not 3.9392 +/- 0.0005"; tail -3 "$WORK/ppl.err"
 fi
 
+# 2b. KV cache types (default f16, as above): f32 gives the same figure,
+#     Q8_0 (llama.cpp's -ctk/-ctv spelling) stays within 0.5%.
+kv_ppl() { "$SPARROW" perplexity -m "$STORIES" -f "$WORK/ppl.txt" -c 256 "$@" 2>/dev/null | ppl_of; }
+ppl_f32=$(kv_ppl --cache-type-k f32 --cache-type-v f32)
+ppl_q8=$(kv_ppl -ctk q8_0 -ctv q8_0)
+if [ -n "$ppl_f32" ] && within "$ppl_f32" 3.9392 0.0005 && [ -n "$ppl_q8" ] && within_rel "$ppl_q8" "$ppl" 0.005; then
+  pass "KV cache: f32 $ppl_f32, f16 $ppl, q8_0 $ppl_q8"
+else
+  fail "KV cache: f32 '$ppl_f32', f16 '$ppl', q8_0 '$ppl_q8'"
+fi
+expect_input_error "unknown KV cache type" "$SPARROW" run -m "$STORIES" -p hi -ctk q4_0
+
 # 3. The F16, 32000-token format fixture runs.
 if "$SPARROW" run -m "$SHARED/models/llama-2-tiny-random.gguf" -p "Hello world" -n 16 --temp 0 >"$WORK/tiny.out" 2>"$WORK/tiny.err"; then
   pass "llama-2-tiny-random.gguf (F16, 32000 vocab) runs"
