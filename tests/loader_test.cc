@@ -16,9 +16,11 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -220,6 +222,65 @@ TEST_CASE("loader: every mode reads random ranges exactly as the file holds them
         }
       }
       CHECK(loader->ReadAll({}).bytes == 0);
+    }
+  }
+}
+
+TEST_CASE("loader: `landed` hears of every byte once, with the bytes in place, and its error stops the batch") {
+  TempDir dir;
+  const std::string path = dir.File("landed.bin");
+  WriteRandomFile(path, kFileBytes, 7);
+  const std::vector<uint8_t> file = ReadWholeFile(path);
+  std::mt19937_64 rng(123);
+  for (IoMode mode : AllModes()) {
+    for (int threads : {1, 4, 16}) {
+      CAPTURE(IoModeName(mode));
+      CAPTURE(threads);
+      std::unique_ptr<Loader> loader = MakeLoader(mode, path, threads);
+      const size_t a = loader->alignment();
+      const uint64_t readable_end = (kFileBytes + a - 1) / a * a;
+      Batch b = RandomBatch(rng, 40, a, kFileBytes, readable_end);
+      std::mutex mu;
+      std::vector<std::pair<const uint8_t*, uint64_t>> pieces;
+      size_t wrong_bytes = 0;
+      const ReadTotals totals = loader->ReadAll(b.ops, [&](const uint8_t* dest, uint64_t length) {
+        std::lock_guard<std::mutex> lock(mu);
+        pieces.emplace_back(dest, length);
+        // The piece's bytes are already what the file holds there.
+        for (const ReadOp& op : b.ops) {
+          if (dest < op.dest || dest + length > op.dest + op.length) continue;
+          const uint64_t at = op.offset + static_cast<uint64_t>(dest - op.dest);
+          for (uint64_t k = 0; k < length; ++k) {
+            const uint8_t want = at + k < file.size() ? file[at + k] : 0;
+            wrong_bytes += dest[k] != want;
+          }
+        }
+      });
+      CheckBatch(b, file, totals);
+      CHECK(wrong_bytes == 0);
+      // The pieces tile the ops: sorted, they cover each op end to end.
+      std::sort(pieces.begin(), pieces.end());
+      std::vector<std::pair<const uint8_t*, uint64_t>> ops;
+      for (const ReadOp& op : b.ops) ops.emplace_back(op.dest, op.length);
+      std::sort(ops.begin(), ops.end());
+      size_t p = 0;
+      bool tiled = true;
+      for (const auto& [dest, length] : ops) {
+        const uint8_t* at = dest;
+        while (p < pieces.size() && pieces[p].first == at && at < dest + length) {
+          at += pieces[p].second;
+          ++p;
+        }
+        tiled = tiled && at == dest + length;
+      }
+      CHECK(tiled);
+      CHECK(p == pieces.size());
+      // An exception from `landed` comes out of ReadAll, and the loader
+      // still works afterwards.
+      CHECK_THROWS_WITH_AS(loader->ReadAll(b.ops, [](const uint8_t*, uint64_t) {
+        ThrowInputError("record checksum mismatch (test)");
+      }), doctest::Contains("checksum mismatch"), InputError);
+      CheckBatch(b, file, loader->ReadAll(b.ops));
     }
   }
 }

@@ -21,7 +21,8 @@ namespace {
 // hold a read until released so a test can observe it in flight.
 class ScriptedLoader : public Loader {
  public:
-  ReadTotals ReadAll(const std::vector<ReadOp>& ops) override {
+  using Loader::ReadAll;
+  ReadTotals ReadAll(const std::vector<ReadOp>& ops, const LandedFn& landed) override {
     reader_thread = std::this_thread::get_id();
     ++calls;
     if (hold) released.get_future().wait();
@@ -29,6 +30,7 @@ class ScriptedLoader : public Loader {
     ReadTotals t;
     for (const ReadOp& op : ops) {
       for (uint64_t i = 0; i < op.length; ++i) op.dest[i] = static_cast<uint8_t>(op.offset + i);
+      if (landed) landed(op.dest, op.length);
       t.bytes += op.length;
       ++t.calls;
     }

@@ -409,7 +409,8 @@ TEST_CASE("StreamStats: JSON parses back with every record") {
   REQUIRE(doc.items.size() == 3);
   const char* keys[] = {"record",         "tokens",          "bytes_read",     "read_calls",
                         "mean_read_bytes", "units_needed",   "units_hit",      "hit_rate",
-                        "units_loaded",   "units_evicted",   "io_seconds",     "memory_seconds",
+                        "units_loaded",   "units_evicted",   "units_streamed", "io_seconds",
+                        "memory_seconds",
                         "compute_seconds", "select_seconds", "wall_seconds",   "read_seconds",
                         "checksum_seconds", "prefetched_units", "prefetch_used", "overlap_units",
                         "overlap_kept",   "groups"};

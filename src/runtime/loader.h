@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -30,6 +31,15 @@ struct ReadTotals {
   uint64_t calls = 0;
 };
 
+// Called as soon as `length` bytes at `dest` (a piece of one op's
+// destination) are in place, on the thread that completed them: an I/O
+// thread for pread and direct (so work on the bytes, such as checksums,
+// runs beside the reads still in flight), the caller's for uring and mmap.
+// Pieces of one ReadAll may arrive concurrently and in any order; together
+// they cover every op exactly once. If it throws, ReadAll lets the reads in
+// flight finish and rethrows the first exception.
+using LandedFn = std::function<void(const uint8_t* dest, uint64_t length)>;
+
 class Loader {
  public:
   virtual ~Loader() = default;
@@ -39,7 +49,9 @@ class Loader {
   // or a short read (truncated file). One ReadAll at a time per loader.
   // For kDirect (and kUring on O_DIRECT), an op may reach into the block
   // holding the file's last byte; the bytes past the end read as zeros.
-  virtual ReadTotals ReadAll(const std::vector<ReadOp>& ops) = 0;
+  // `landed`, if set, hears about each piece as it lands.
+  virtual ReadTotals ReadAll(const std::vector<ReadOp>& ops, const LandedFn& landed) = 0;
+  ReadTotals ReadAll(const std::vector<ReadOp>& ops) { return ReadAll(ops, nullptr); }
   // Required alignment of offset, length and dest: 4096 when reading with
   // O_DIRECT (kDirect, and kUring where the filesystem takes it), else 1.
   virtual size_t alignment() const = 0;

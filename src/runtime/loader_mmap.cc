@@ -117,7 +117,8 @@ class MmapLoader final : public Loader {
     if (base_ != nullptr) ::munmap(base_, size_);
   }
 
-  ReadTotals ReadAll(const std::vector<ReadOp>& ops) override {
+  using Loader::ReadAll;
+  ReadTotals ReadAll(const std::vector<ReadOp>& ops, const LandedFn& landed) override {
     MakeReadTasks(ops, 1, size_, size_, path_, pool_.size(), &tasks_);
     if (tasks_.empty()) return ReadTotals{};
     // Phase 1: queue every range's reads (returns without waiting for them).
@@ -125,7 +126,7 @@ class MmapLoader final : public Loader {
       Advise(tasks_[i].offset, tasks_[i].length, MADV_WILLNEED);
     });
     // Phase 2: copy (faults wait for the data), then drop the mapping.
-    pool_.Run(tasks_.size(), [this](size_t i, int) {
+    pool_.Run(tasks_.size(), [this, &landed](size_t i, int) {
       const ReadTask& t = tasks_[i];
       if (!CopyFromMapping(t.dest, base_ + t.offset, t.length)) {
         ThrowInputError("cannot read ", t.length, " bytes at offset ", t.offset, " of '", path_,
@@ -133,6 +134,7 @@ class MmapLoader final : public Loader {
                         " bytes when opened (truncated while in use)");
       }
       Advise(t.offset, t.length, MADV_DONTNEED);
+      if (landed) landed(t.dest, t.length);
     });
     uint64_t lo = UINT64_MAX;
     uint64_t hi = 0;

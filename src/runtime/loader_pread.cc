@@ -27,12 +27,14 @@ class FdLoader final : public Loader {
         pool_(threads),
         counters_(static_cast<size_t>(threads)) {}
 
-  ReadTotals ReadAll(const std::vector<ReadOp>& ops) override {
+  using Loader::ReadAll;
+  ReadTotals ReadAll(const std::vector<ReadOp>& ops, const LandedFn& landed) override {
     MakeReadTasks(ops, alignment_, readable_end_, file_size_, path_, pool_.size(), &tasks_);
     for (Counters& c : counters_) c = Counters{};
-    pool_.Run(tasks_.size(), [this](size_t i, int worker) {
+    pool_.Run(tasks_.size(), [this, &landed](size_t i, int worker) {
       Counters& c = counters_[static_cast<size_t>(worker)];
       ReadFully(fd_.get(), path_, tasks_[i], file_size_, readable_end_, &c.bytes, &c.calls);
+      if (landed) landed(tasks_[i].dest, tasks_[i].length);
     });
     ReadTotals totals;
     for (const Counters& c : counters_) {

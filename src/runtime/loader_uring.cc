@@ -68,7 +68,8 @@ class UringLoader final : public Loader {
 
   ~UringLoader() override { io_uring_queue_exit(&ring_); }
 
-  ReadTotals ReadAll(const std::vector<ReadOp>& ops) override {
+  using Loader::ReadAll;
+  ReadTotals ReadAll(const std::vector<ReadOp>& ops, const LandedFn& landed) override {
     MakeReadTasks(ops, alignment_, readable_end_, file_size_, path_, depth_, &tasks_);
     ReadTotals totals;
     free_.clear();
@@ -79,7 +80,8 @@ class UringLoader final : public Loader {
     // On an error, stop queueing and drain what is in flight first: the
     // kernel is still writing into the caller's buffers.
     std::exception_ptr error;
-    while (in_flight > 0 || (!error && (next < tasks_.size() || !retry_.empty()))) {
+    // Queues tasks (retries first) into free slots.
+    auto fill = [&] {
       while (!error) {
         size_t s;
         if (!retry_.empty()) {
@@ -88,7 +90,8 @@ class UringLoader final : public Loader {
         } else if (!free_.empty() && next < tasks_.size()) {
           s = free_.back();
           free_.pop_back();
-          slots_[s] = Slot{tasks_[next].offset, tasks_[next].length, tasks_[next].dest};
+          const ReadTask& task = tasks_[next];
+          slots_[s] = Slot{task.offset, task.length, task.dest, task.dest, task.length};
           ++next;
         } else {
           break;
@@ -96,9 +99,11 @@ class UringLoader final : public Loader {
         Queue(s);
         ++in_flight;
       }
+    };
+    auto submit = [&](unsigned wait_for) {
       int rc;
       do {
-        rc = io_uring_submit_and_wait(&ring_, 1);
+        rc = io_uring_submit_and_wait(&ring_, wait_for);
         ++totals.calls;
       } while (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY);
       if (rc < 0) {
@@ -107,6 +112,10 @@ class UringLoader final : public Loader {
         throw std::runtime_error(StrCat("io_uring_enter failed for '", path_, "': ",
                                         std::strerror(-rc)));
       }
+    };
+    while (in_flight > 0 || (!error && (next < tasks_.size() || !retry_.empty()))) {
+      fill();
+      submit(1);
       io_uring_cqe* cqe;
       unsigned head;
       unsigned seen = 0;
@@ -117,6 +126,7 @@ class UringLoader final : public Loader {
         try {
           if (Complete(s, cqe->res, &totals.bytes)) {
             free_.push_back(s);
+            if (landed) landed_.emplace_back(slots_[s].start, slots_[s].length);
           } else {
             retry_.push_back(s);
           }
@@ -127,6 +137,22 @@ class UringLoader final : public Loader {
       }
       io_uring_cq_advance(&ring_, seen);
       if (error) retry_.clear();
+      if (!landed_.empty()) {
+        // The freed slots go back to the device before the caller works on
+        // what landed, so the reads continue meanwhile.
+        fill();
+        if (in_flight > 0) submit(0);
+        for (const auto& [start, length] : landed_) {
+          if (error) break;  // only draining now
+          try {
+            landed(start, length);
+          } catch (...) {
+            error = std::current_exception();
+            retry_.clear();
+          }
+        }
+        landed_.clear();
+      }
     }
     if (error) std::rethrow_exception(error);
     return totals;
@@ -141,6 +167,8 @@ class UringLoader final : public Loader {
     uint64_t offset = 0;
     uint64_t left = 0;
     uint8_t* dest = nullptr;
+    const uint8_t* start = nullptr;  // the whole task, for `landed`
+    uint64_t length = 0;
   };
 
   void Queue(size_t s) {
@@ -196,6 +224,7 @@ class UringLoader final : public Loader {
   std::vector<Slot> slots_;
   std::vector<size_t> free_;
   std::vector<size_t> retry_;
+  std::vector<std::pair<const uint8_t*, uint64_t>> landed_;  // pieces not yet handed on
   std::vector<ReadTask> tasks_;
 };
 

@@ -18,12 +18,14 @@ ReadPipeline::~ReadPipeline() {
   thread_.join();
 }
 
-void ReadPipeline::Start(const std::vector<ReadOp>* ops, std::function<void()> after) {
+void ReadPipeline::Start(const std::vector<ReadOp>* ops, std::function<void()> after,
+                         LandedFn landed) {
   if (in_flight_) throw std::logic_error("ReadPipeline::Start with a read in flight");
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ops_ = ops;
     after_ = std::move(after);
+    landed_ = std::move(landed);
     has_work_ = true;
     finished_ = false;
     error_ = nullptr;
@@ -48,12 +50,13 @@ void ReadPipeline::Run() {
     if (!has_work_) return;  // stop_, nothing pending
     const std::vector<ReadOp>* ops = ops_;
     std::function<void()> after = std::move(after_);
+    const LandedFn landed = std::move(landed_);
     lock.unlock();
     Result result;
     std::exception_ptr error;
     try {
       const double start = NowSeconds();
-      result.totals = loader_.ReadAll(*ops);
+      result.totals = loader_.ReadAll(*ops, landed);
       const double read = NowSeconds();
       result.read_seconds = read - start;
       if (after) after();

@@ -20,7 +20,8 @@ class ReadPipeline {
  public:
   struct Result {
     ReadTotals totals;
-    double read_seconds = 0;   // inside Loader::ReadAll: the device's time
+    double read_seconds = 0;   // inside Loader::ReadAll: the device's time (and
+                               // whatever `landed` work the reads could not hide)
     double after_seconds = 0;  // the `after` work (checksums), also off the compute thread
   };
 
@@ -29,11 +30,14 @@ class ReadPipeline {
   ReadPipeline(const ReadPipeline&) = delete;
   ReadPipeline& operator=(const ReadPipeline&) = delete;
 
-  // Starts ReadAll(*ops) and then after() on the pipeline's thread. `ops`
-  // and whatever `after` touches must stay untouched until Wait() returns.
+  // Starts ReadAll(*ops, landed) and then after() on the pipeline's thread
+  // (`landed` hears of each piece as it lands, on the loader's threads).
+  // `ops` and whatever `after` and `landed` touch must stay untouched until
+  // Wait() returns.
   // At most one read in flight: Start while one is (not yet waited for) is
   // a caller bug (std::logic_error).
-  void Start(const std::vector<ReadOp>* ops, std::function<void()> after);
+  void Start(const std::vector<ReadOp>* ops, std::function<void()> after,
+             LandedFn landed = nullptr);
   // Blocks until the read started last is done; rethrows what it threw
   // (an InputError for an I/O error, a short read or a bad checksum).
   Result Wait();
@@ -48,6 +52,7 @@ class ReadPipeline {
   std::condition_variable done_;  // the caller: the work is finished
   const std::vector<ReadOp>* ops_ = nullptr;
   std::function<void()> after_;
+  LandedFn landed_;
   bool has_work_ = false, finished_ = false, stop_ = false;
   bool in_flight_ = false;  // started and not yet waited for (caller's side)
   Result result_;

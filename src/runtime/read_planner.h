@@ -61,6 +61,7 @@ class ReadPlanner {
               std::vector<PlannedRecord>* records);
 
   uint64_t staging_bytes() const { return staging_.size(); }
+  const uint8_t* staging() const { return staging_.data(); }
   // Staging that any one record needs, wherever it sits on disk.
   uint64_t MinStagingBytes(uint32_t record_bytes) const;
   const ReadPlanOptions& options() const { return options_; }

@@ -131,6 +131,7 @@ std::string JsonRecord(size_t index, const TokenStats& s) {
                 ",\"mean_read_bytes\":", mean_read, ",\"units_needed\":", s.units_needed,
                 ",\"units_hit\":", s.units_hit, ",\"hit_rate\":", hit_rate,
                 ",\"units_loaded\":", s.units_loaded, ",\"units_evicted\":", s.units_evicted,
+                ",\"units_streamed\":", s.units_streamed,
                 ",\"io_seconds\":", JsonDouble(s.io_seconds),
                 ",\"memory_seconds\":", JsonDouble(s.memory_seconds),
                 ",\"compute_seconds\":", JsonDouble(s.compute_seconds),
@@ -152,6 +153,7 @@ void TokenStats::Add(const TokenStats& other) {
   units_hit += other.units_hit;
   units_loaded += other.units_loaded;
   units_evicted += other.units_evicted;
+  units_streamed += other.units_streamed;
   io_seconds += other.io_seconds;
   memory_seconds += other.memory_seconds;
   compute_seconds += other.compute_seconds;
@@ -229,6 +231,8 @@ void StreamStats::PrintSummary(std::FILE* out) const {
       PerToken(decode.units_loaded, d), third);
   Row(out, "units evicted", std::to_string(all.units_evicted), PerToken(all.units_evicted, n),
       PerToken(decode.units_evicted, d), third);
+  Row(out, "units not cached", std::to_string(all.units_streamed), PerToken(all.units_streamed, n),
+      PerToken(decode.units_streamed, d), third);
   if (all.prefetched_units > 0) {
     // Units read ahead for the next group that it used.
     Row(out, "units prefetched", std::to_string(all.prefetched_units),

@@ -29,6 +29,9 @@ struct TokenStats {
   uint64_t units_hit = 0;
   uint64_t units_loaded = 0;
   uint64_t units_evicted = 0;
+  // Of the units loaded, those computed in the read's staging without
+  // entering the cache (no room that this pass did not need).
+  uint64_t units_streamed = 0;
   double io_seconds = 0;       // the compute thread waiting for reads
   double memory_seconds = 0;   // copies into the cache, eviction, read planning
   double compute_seconds = 0;  // FFN kernels over cached rows

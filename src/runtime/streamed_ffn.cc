@@ -1,8 +1,10 @@
 #include "src/runtime/streamed_ffn.h"
 
 #include <algorithm>
-#include <exception>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <exception>
 
 #include "base/error.h"
 #include "base/timer.h"
@@ -216,18 +218,61 @@ size_t StreamedFeedForward::StartChunk(const bundle::UnitGroup& info, Chunk& c) 
   const size_t planned = c.planner->Plan(
       c.units, info.record_bytes, [&info](uint32_t u) { return info.UnitOffset(u); }, &c.ops, &c.records);
   if (planned == 0) ThrowInputError("internal: read staging cannot hold one record");
-  pipeline_->Start(&c.ops, [this, &info, &c] {
-    for (const PlannedRecord& rec : c.records) bundle_.VerifyRecord(info, rec.unit, rec.data);
-  });
+  if (c.pending.size() < c.records.size()) {
+    c.pending = std::vector<std::atomic<uint32_t>>(c.records.size());
+  }
+  for (size_t i = 0; i < c.records.size(); ++i) {
+    c.pending[i].store(info.record_bytes, std::memory_order_relaxed);
+  }
+  c.checksum_ns.store(0, std::memory_order_relaxed);
+  pipeline_->Start(
+      &c.ops,
+      [this, &info, &c] {
+        // Anything no piece completed (a loader that does not report
+        // pieces) is verified here, still off the compute thread.
+        for (size_t i = 0; i < c.records.size(); ++i) {
+          if (c.pending[i].load(std::memory_order_acquire) != 0) {
+            bundle_.VerifyRecord(info, c.records[i].unit, c.records[i].data);
+          }
+        }
+      },
+      [this, &info, &c](const uint8_t* dest, uint64_t length) { OnLanded(info, c, dest, length); });
   return planned;
 }
 
-void StreamedFeedForward::WaitForChunk(TokenStats& ts) {
+void StreamedFeedForward::OnLanded(const bundle::UnitGroup& info, Chunk& c, const uint8_t* dest,
+                                   uint64_t length) {
+  const auto start = std::chrono::steady_clock::now();
+  const uint8_t* end = dest + length;
+  // Records are in staging order: the first one that may overlap is the
+  // last starting at or before `dest`.
+  auto it = std::upper_bound(c.records.begin(), c.records.end(), dest,
+                             [](const uint8_t* p, const PlannedRecord& r) { return p < r.data; });
+  if (it != c.records.begin()) --it;
+  for (; it != c.records.end() && it->data < end; ++it) {
+    const uint8_t* lo = std::max(dest, it->data);
+    const uint8_t* hi = std::min(end, it->data + info.record_bytes);
+    if (lo >= hi) continue;
+    const auto got = static_cast<uint32_t>(hi - lo);
+    // acq_rel: the piece that finishes a record sees the bytes of the
+    // pieces other threads landed before it.
+    std::atomic<uint32_t>& left = c.pending[static_cast<size_t>(it - c.records.begin())];
+    if (left.fetch_sub(got, std::memory_order_acq_rel) == got) {
+      bundle_.VerifyRecord(info, it->unit, it->data);
+    }
+  }
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now() - start);
+  c.checksum_ns.fetch_add(static_cast<uint64_t>(ns.count()), std::memory_order_relaxed);
+}
+
+void StreamedFeedForward::WaitForChunk(const Chunk& c, TokenStats& ts) {
   const double start = NowSeconds();
   const ReadPipeline::Result read = pipeline_->Wait();
   ts.io_seconds += NowSeconds() - start;
   ts.read_seconds += read.read_seconds;
-  ts.checksum_seconds += read.after_seconds;
+  ts.checksum_seconds += read.after_seconds +
+                         static_cast<double>(c.checksum_ns.load(std::memory_order_relaxed)) * 1e-9;
   ts.bytes_read += read.totals.bytes;
   ts.read_calls += read.totals.calls;
 }
@@ -336,7 +381,7 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
                     misses_.end());
     } else {
       // The forward pass went to another group than the one guessed.
-      WaitForChunk(ts);
+      WaitForChunk(chunks_[reading], ts);
       ts.prefetched_units += chunks_[reading].records.size();
       reading = 0;
     }
@@ -362,13 +407,13 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
   double now = NowSeconds();
   ts.memory_seconds += now - t;
   if (!rows_.empty()) {
-    use(rows_);  // the hits, while the first chunk is read
+    use(CachedRows(g, rows_));  // the hits, while the first chunk is read
     t = NowSeconds();
     ts.compute_seconds += t - now;
   }
 
   while (in_flight) {
-    WaitForChunk(ts);
+    WaitForChunk(chunks_[reading], ts);
     in_flight = false;
     now = NowSeconds();
     Chunk& done = chunks_[reading];
@@ -389,9 +434,12 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
       ts.prefetch_used += want;
       first_is_prefetch = false;
     }
+    // Room for what this chunk brings: first from units this pass does
+    // not need, in policy order. Units this pass needs are never evicted
+    // for one another (with every unit needed, as under the dense policy,
+    // that would copy records around every token and hit no more often).
     size_t room = cache.capacity() - cache.size();
     if (room < want) {
-      // Victims: first units this pass does not need, in policy order.
       candidates_.clear();
       for (uint32_t row = 0; row < cache.size(); ++row) {
         const uint32_t u = cache.UnitAt(row);
@@ -400,28 +448,40 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
       g.eviction->ChooseVictims(candidates_, want - room, &victims_);
       Evict(g, victims_, ts);
       room = cache.capacity() - cache.size();
-      if (room < want) {
-        // The pass needs more units than the cache holds: everything cached
-        // has been used already, so make room among those.
-        candidates_.assign(cache.units_by_row().begin(), cache.units_by_row().begin() + cache.size());
-        g.eviction->ChooseVictims(candidates_, want - room, &victims_);
-        Evict(g, victims_, ts);
-        room = cache.capacity() - cache.size();
-      }
-      if (room < want) ThrowInputError("internal: eviction freed no room in the unit cache");
     }
+    // Admitted records are copied into the cache and computed there; the
+    // others are computed in the staging they were read into.
     rows_.clear();
+    staged_.clear();
+    staged_units_.clear();
+    const uint8_t* staging = done.planner->staging();
     for (const PlannedRecord& rec : done.records) {
       if (!usable(rec.unit)) continue;
-      const uint32_t row = cache.Append(rec.unit);
-      std::memcpy(cache.Row(row), rec.data, info.payload_bytes);
+      if (rows_.size() < room) {
+        const uint32_t row = cache.Append(rec.unit);
+        std::memcpy(cache.Row(row), rec.data, info.payload_bytes);
+        rows_.push_back(row);
+      } else {
+        staged_.push_back(static_cast<uint32_t>(rec.data - staging));
+        staged_units_.push_back(rec.unit);
+      }
       g.eviction->OnUse(rec.unit);
-      rows_.push_back(row);
     }
     ts.units_loaded += want;
+    ts.units_streamed += staged_.size();
     t = NowSeconds();
     ts.memory_seconds += t - now;
-    if (!rows_.empty()) use(rows_);
+    if (!rows_.empty()) use(CachedRows(g, rows_));
+    if (!staged_.empty()) {
+      UnitRows rows;
+      rows.base = staging;
+      rows.stride = 1;
+      rows.pitch = info.record_bytes;
+      rows.index = staged_.data();
+      rows.units = staged_units_.data();
+      rows.count = staged_.size();
+      use(rows);
+    }
     ts.compute_seconds += NowSeconds() - t;
   }
   GroupTokenStats& gs = ts.groups[g.index];
@@ -476,23 +536,12 @@ void StreamedFeedForward::ForwardNeuron(uint32_t layer, const float* x, size_t n
   Group& g = GroupFor(layer, bundle::RecordKind::kNeuron);
   const bundle::UnitGroup& info = *g.info;
   Choose(g, x, n, config_.d_model);  // the neuron layout has no ranking: every unit
-  const UnitCache& cache = *g.cache;
-  StreamGroup(g, need_, [&](const std::vector<uint32_t>& all_rows) {
-    for (size_t first = 0; first < all_rows.size(); first += width_) {
-      const size_t count = std::min(width_, all_rows.size() - first);
-      const uint32_t* rows = all_rows.data() + first;
-      ops::RowSet set;
+  StreamGroup(g, need_, [&](const UnitRows& rows) {
+    for (size_t first = 0; first < rows.count; first += width_) {
+      const size_t count = std::min(width_, rows.count - first);
+      ops::RowSet set = rows.Slice(first, count);
       set.type = bundle_.record_type();
-      set.stride = cache.row_bytes();
       set.cols = info.part_padded_elems;
-      set.count = count;
-      // A run of consecutive rows is a plain strided matrix (faster kernels).
-      if (rows[count - 1] - rows[0] + 1 == count) {
-        set.base = cache.Row(rows[0]);
-      } else {
-        set.base = cache.Row(0);
-        set.index = rows;
-      }
       set.offset = 0;
       ops::RowDots(set, x, n, gate_.data());
       set.offset = info.part_bytes;
@@ -520,8 +569,8 @@ void StreamedFeedForward::ForwardDip(uint32_t layer, const float* x, size_t n, f
     masks_.ApplyMask(x, d, masked_x_.data());
     xin = masked_x_.data();
   }
-  StreamGroup(in, need_, [&](const std::vector<uint32_t>& all_rows) {
-    AxpyColumns(in, all_rows, xin, d, n, {{0, up_.data()}, {in.info->part_bytes, gate_.data()}});
+  StreamGroup(in, need_, [&](const UnitRows& rows) {
+    AxpyColumns(in, rows, xin, d, n, {{0, up_.data()}, {in.info->part_bytes, gate_.data()}});
   });
   ops::SiluMul(gate_.data(), up_.data(), n * ff, gate_.data());
 
@@ -529,8 +578,8 @@ void StreamedFeedForward::ForwardDip(uint32_t layer, const float* x, size_t n, f
   float* h = gate_.data();
   Choose(outg, h, n, ff);
   if (!masks_.all()) masks_.ApplyMask(h, ff, h);
-  StreamGroup(outg, need_, [&](const std::vector<uint32_t>& all_rows) {
-    AxpyColumns(outg, all_rows, h, ff, n, {{0, out}});
+  StreamGroup(outg, need_, [&](const UnitRows& rows) {
+    AxpyColumns(outg, rows, h, ff, n, {{0, out}});
   });
 }
 
@@ -577,52 +626,73 @@ void StreamedFeedForward::ForwardSplit(uint32_t layer, const float* x, size_t n,
   // Each token keeps only its own neurons (the follower's choice, or for
   // glu the top K of |GLU|); the down columns are their union.
   if (!masks_.all()) masks_.ApplyMask(h, ff, h);
-  StreamGroup(down, need_, [&](const std::vector<uint32_t>& all_rows) {
-    AxpyColumns(down, all_rows, h, ff, n, {{0, out}});
+  StreamGroup(down, need_, [&](const UnitRows& rows) {
+    AxpyColumns(down, rows, h, ff, n, {{0, out}});
   });
+}
+
+ops::RowSet StreamedFeedForward::UnitRows::Slice(size_t first, size_t n) const {
+  ops::RowSet set;
+  set.count = n;
+  const uint32_t* at = index + first;
+  // A run of adjacent payloads is a plain strided matrix (faster kernels).
+  // The index increases within a slice (cache rows sorted, records in disk
+  // order), so equal end-to-end distance means no gaps.
+  if ((at[n - 1] - at[0]) * stride == (n - 1) * pitch) {
+    set.base = base + at[0] * stride;
+    set.stride = pitch;
+  } else {
+    set.base = base;
+    set.stride = stride;
+    set.index = at;
+  }
+  return set;
+}
+
+StreamedFeedForward::UnitRows StreamedFeedForward::CachedRows(const Group& g,
+                                                              const std::vector<uint32_t>& rows) {
+  row_units_.resize(rows.size());
+  for (size_t k = 0; k < rows.size(); ++k) row_units_[k] = g.cache->UnitAt(rows[k]);
+  UnitRows out;
+  out.base = g.cache->Row(0);
+  out.stride = out.pitch = g.cache->row_bytes();
+  out.index = rows.data();
+  out.units = row_units_.data();
+  out.count = rows.size();
+  return out;
 }
 
 void StreamedFeedForward::DotRows(Group& g, const std::vector<uint32_t>& units, const float* x,
                                   size_t n, size_t ff, float* dst) {
-  const UnitCache& cache = *g.cache;
-  StreamGroup(g, units, [&](const std::vector<uint32_t>& all_rows) {
-    for (size_t first = 0; first < all_rows.size(); first += width_) {
-      const size_t count = std::min(width_, all_rows.size() - first);
-      ops::RowSet set;
+  StreamGroup(g, units, [&](const UnitRows& rows) {
+    for (size_t first = 0; first < rows.count; first += width_) {
+      const size_t count = std::min(width_, rows.count - first);
+      ops::RowSet set = rows.Slice(first, count);
       set.type = bundle_.record_type();
-      set.base = cache.Row(0);
-      set.stride = cache.row_bytes();
       set.cols = g.info->part_padded_elems;
-      set.index = all_rows.data() + first;
-      set.count = count;
       ops::RowDots(set, x, n, coeff_.data());
       for (size_t t = 0; t < n; ++t) {
         for (size_t k = 0; k < count; ++k) {
-          dst[t * ff + cache.UnitAt(set.index[k])] = coeff_[t * count + k];
+          dst[t * ff + rows.units[first + k]] = coeff_[t * count + k];
         }
       }
     }
   });
 }
 
-void StreamedFeedForward::AxpyColumns(const Group& g, const std::vector<uint32_t>& all_rows,
-                                      const float* src, size_t src_stride, size_t n,
+void StreamedFeedForward::AxpyColumns(const Group& g, const UnitRows& rows, const float* src,
+                                      size_t src_stride, size_t n,
                                       std::initializer_list<AxpyTarget> targets) {
-  for (size_t first = 0; first < all_rows.size(); first += width_) {
-    const size_t count = std::min(width_, all_rows.size() - first);
-    const uint32_t* rows = all_rows.data() + first;
+  for (size_t first = 0; first < rows.count; first += width_) {
+    const size_t count = std::min(width_, rows.count - first);
     for (size_t t = 0; t < n; ++t) {
       for (size_t k = 0; k < count; ++k) {
-        coeff_[t * count + k] = src[t * src_stride + g.cache->UnitAt(rows[k])];
+        coeff_[t * count + k] = src[t * src_stride + rows.units[first + k]];
       }
     }
-    ops::RowSet set;
+    ops::RowSet set = rows.Slice(first, count);
     set.type = bundle_.record_type();
-    set.base = g.cache->Row(0);
-    set.stride = g.cache->row_bytes();
     set.cols = g.info->part_padded_elems;
-    set.index = rows;
-    set.count = count;
     for (const AxpyTarget& target : targets) {
       set.offset = target.first;
       ops::RowAxpys(set, coeff_.data(), n, target.second);

@@ -7,6 +7,7 @@
 //   needs more units than the cache holds.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -18,6 +19,7 @@
 #include "formats/bundle.h"
 #include "src/model/config.h"
 #include "src/model/feed_forward.h"
+#include "src/ops/ops.h"
 #include "src/runtime/budget.h"
 #include "src/runtime/eviction.h"
 #include "src/runtime/loader.h"
@@ -72,6 +74,10 @@ class StreamedFeedForward : public FeedForward {
     std::vector<uint32_t> units;
     std::vector<ReadOp> ops;
     std::vector<PlannedRecord> records;
+    // Per record: bytes still to land; the piece that lands its last byte
+    // verifies it, on the loader's thread (records can straddle pieces).
+    std::vector<std::atomic<uint32_t>> pending;
+    std::atomic<uint64_t> checksum_ns{0};  // time spent verifying, all threads
   };
   struct Group {
     const bundle::UnitGroup* info = nullptr;
@@ -83,9 +89,27 @@ class StreamedFeedForward : public FeedForward {
     size_t index = 0;                  // in groups_ (and in the per-group stats)
     std::vector<uint32_t> by_slot;     // units in disk order (built at the first prefetch)
   };
-  // Brings every unit of `need` through g's cache and calls use(rows, units)
-  // on runs of cached rows, each needed unit exactly once.
-  using UseFn = std::function<void(const std::vector<uint32_t>& rows)>;
+  // Payloads of some of a group's units, wherever they are: unit units[k]'s
+  // at base + index[k] * stride. `pitch` is the distance between two
+  // payloads that sit next to each other there (a cache row, a record), so
+  // a run of adjacent ones is a plain strided matrix.
+  struct UnitRows {
+    const uint8_t* base = nullptr;
+    size_t stride = 0;
+    size_t pitch = 0;
+    const uint32_t* index = nullptr;
+    const uint32_t* units = nullptr;
+    size_t count = 0;
+    // Rows [first, first + count) as a kernel row set (type, cols, offset
+    // left to the caller).
+    ops::RowSet Slice(size_t first, size_t count) const;
+  };
+  // Brings every unit of `need` in (from g's cache, or read from flash)
+  // and calls use() on batches of them, each needed unit exactly once. A
+  // unit read is admitted to the cache while it has room (after evicting
+  // units this pass does not need); the rest are computed where they were
+  // read, with no copy.
+  using UseFn = std::function<void(const UnitRows& rows)>;
   void StreamGroup(Group& g, const std::vector<uint32_t>& need, const UseFn& use);
   void Evict(Group& g, const std::vector<uint32_t>& units, TokenStats& ts);
   // Plans `c` with the first units (in disk order, at most the cache's
@@ -96,8 +120,10 @@ class StreamedFeedForward : public FeedForward {
   // reading them, their checksums verified on the pipeline's thread;
   // returns how many were planned.
   size_t StartChunk(const bundle::UnitGroup& info, Chunk& c);
-  // Waits for the read in flight and adds its time and bytes to `ts`.
-  void WaitForChunk(TokenStats& ts);
+  // Waits for the read in flight into `c` and adds its time and bytes to `ts`.
+  void WaitForChunk(const Chunk& c, TokenStats& ts);
+  // Verifies the records of `c` that [dest, dest + length) completes.
+  void OnLanded(const bundle::UnitGroup& info, Chunk& c, const uint8_t* dest, uint64_t length);
   // Runs the policy on g for n tokens ranked by `scores` (row stride
   // `stride`): fills masks_ and need_ (their union), times the selection
   // and, for a decode token, counts the overlap with the previous token's
@@ -110,13 +136,15 @@ class StreamedFeedForward : public FeedForward {
   // in `units` (dst's other entries untouched).
   void DotRows(Group& g, const std::vector<uint32_t>& units, const float* x, size_t n,
                size_t ff, float* dst);
-  // Dip layout: for g's cached column rows `all_rows`, in slices of width_,
+  // The cached rows `rows` of g (their units gathered into row_units_).
+  UnitRows CachedRows(const Group& g, const std::vector<uint32_t>& rows);
+  // Dip layout: for the column rows `rows` of g, in slices of width_,
   // weighs each row by the activation of its unit (src[t * src_stride +
   // unit] for token t) and adds it into each target (record part at byte
   // offset `first`, accumulator `second`, rows of g's part_padded_elems).
   using AxpyTarget = std::pair<uint64_t, float*>;
-  void AxpyColumns(const Group& g, const std::vector<uint32_t>& all_rows, const float* src,
-                   size_t src_stride, size_t n, std::initializer_list<AxpyTarget> targets);
+  void AxpyColumns(const Group& g, const UnitRows& rows, const float* src, size_t src_stride,
+                   size_t n, std::initializer_list<AxpyTarget> targets);
   Group& GroupFor(uint32_t layer, bundle::RecordKind kind);
 
   const bundle::Bundle& bundle_;
@@ -145,6 +173,7 @@ class StreamedFeedForward : public FeedForward {
   AlignedBuffer<float> gate_, up_, coeff_, scores_, masked_x_, ones_, select_scratch_;
   TokenMasks masks_;
   std::vector<uint32_t> need_, misses_, candidates_, victims_, expired_, rows_, prefetched_;
+  std::vector<uint32_t> row_units_, staged_, staged_units_;
 };
 
 }  // namespace sparrow
