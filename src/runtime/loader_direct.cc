@@ -1,7 +1,7 @@
 // --io direct: O_DIRECT reads bypass the page cache, so what we read is
 // held only in our own (budgeted) buffers and the kernel does no copying.
-// Offsets, lengths and buffers must be 4096-aligned (the read planner
-// widens extents for that). Some filesystems refuse O_DIRECT, at open or
+// Offsets, lengths and buffers must be aligned to the device's block, 512
+// or 4096 bytes (probed at open; the read planner widens extents for it). Some filesystems refuse O_DIRECT, at open or
 // at the first read, with EINVAL: then we say so once and read through
 // the page cache instead.
 #include <fcntl.h>
@@ -66,6 +66,19 @@ DirectOpen OpenDirectOrWarn(const LoaderSource& source, const char* fallback) {
       }
       ThrowReadError(path, 0, kDirectAlignment, errno);
     }
+    // Then a fine block at a fine (not coarse) file offset and address:
+    // where the device's logical block is 512 bytes, it works.
+    if (n == static_cast<ssize_t>(kDirectAlignment)) {
+      do {
+        n = ::pread(owned.get(), block.data() + kDirectFineAlignment, kDirectFineAlignment,
+                    kDirectFineAlignment);
+      } while (n < 0 && errno == EINTR);
+      if (n == static_cast<ssize_t>(kDirectFineAlignment)) {
+        result.alignment = kDirectFineAlignment;
+      } else if (n < 0 && errno != EINVAL) {
+        ThrowReadError(path, kDirectFineAlignment, kDirectFineAlignment, errno);
+      }
+    }
   }
   result.fd = std::move(owned);
   result.direct = true;
@@ -81,7 +94,7 @@ std::unique_ptr<Loader> MakeDirectLoader(const LoaderSource& source, int threads
       source, "falling back to --io pread (reads go through the page cache)");
   if (!opened.direct) return MakePreadLoader(source, threads);
   return MakeFdLoader(std::move(opened.fd), source.path, threads, IoMode::kDirect,
-                      kDirectAlignment);
+                      opened.alignment);
 }
 
 }  // namespace sparrow::io

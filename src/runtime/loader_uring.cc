@@ -32,7 +32,7 @@ class UringLoader final : public Loader {
     DirectOpen opened = OpenDirectOrWarn(source, "io_uring will read through the page cache");
     if (opened.direct) {
       fd_ = std::move(opened.fd);
-      alignment_ = kDirectAlignment;
+      alignment_ = opened.alignment;
     } else {
       fd_ = OpenOrThrow(source, 0);
 #if defined(POSIX_FADV_RANDOM)
