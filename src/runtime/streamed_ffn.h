@@ -115,7 +115,9 @@ class StreamedFeedForward : public FeedForward {
   // Plans `c` with the first units (in disk order, at most the cache's
   // capacity) that `next` will miss when the dense policy asks for all of
   // them, and starts reading them; false if it misses none.
-  bool StartPrefetch(Group& next, Chunk& c);
+  // With `predicted` (units of `next`, any order), the first of those it
+  // misses instead.
+  bool StartPrefetch(Group& next, Chunk& c, const std::vector<uint32_t>* predicted = nullptr);
   // Plans c.units (a prefix of them if the staging fills up) and starts
   // reading them, their checksums verified on the pipeline's thread;
   // returns how many were planned.
@@ -159,6 +161,12 @@ class StreamedFeedForward : public FeedForward {
   // next group's first misses are read into the free chunk while this
   // group's last chunk, the attention and the norms in between compute.
   bool prefetch_across_groups_ = false;
+  // Input pruning (dip): the next layer's input columns are
+  // predicted from this layer's choice (the residual stream they rank
+  // changes little from one layer to the next, and its outlier channels
+  // persist), and read while this layer's down columns are computed.
+  std::vector<uint32_t> predicted_;
+  int predicted_group_ = -1;  // the group predicted_ is for, or -1
   int prefetch_group_ = -1;  // the group whose read is in flight, or -1
   int prefetch_chunk_ = 0;   // the chunk it fills
   std::unique_ptr<ReadPipeline> pipeline_;  // after loader_: stops before it
