@@ -28,4 +28,10 @@ class MappedFile {
   uint64_t size_ = 0;
 };
 
+// Makes the pages holding [p, p + n) writable, so that data bound from a
+// private mapping (or from our own buffers) can be rewritten in place: a
+// private file mapping copies a page on its first write, so the file is
+// never changed. Returns false (and changes nothing) if the system refuses.
+bool MakeWritable(const uint8_t* p, size_t n);
+
 }  // namespace sparrow

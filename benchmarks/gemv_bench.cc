@@ -20,7 +20,10 @@
 // row range). The table gives the percentage of both; the second is the
 // stricter yardstick.
 //
-//   gemv_bench [--types q4_0,q8_0,f16] [--shapes 4096x11008] [--threads 1,2]
+// Type q4_0x8 is Q4_0 repacked in groups of 8 rows for the packed kernel
+// (simd/packed_q4_0.h), which the engine uses for Q4_0 on x86.
+//
+//   gemv_bench [--types q4_0,q4_0x8,q8_0,f16] [--shapes 4096x11008] [--threads 1,2]
 //              [--reps 21] [--rotate-mib 512] [--probe-mib 1024]
 //              [--clock wall|cpu] [--quantize-speed]
 //
@@ -55,6 +58,7 @@
 #include "benchmarks/stream_probe.h"
 #include "formats/tensor_type.h"
 #include "simd/gemv.h"
+#include "simd/packed_q4_0.h"
 #include "simd/quantize.h"
 #include "simd/targets.h"
 #include "src/threads.h"
@@ -124,18 +128,36 @@ bool g_cpu_clock = false;  // --clock cpu
 // One full product, as ops::MatVec does it; returns its time: wall time, or
 // with --clock cpu the CPU time of Prepare plus the largest CPU time of any
 // thread's rows.
-double Product(TensorType type, const uint8_t* w, size_t row_bytes, Shape shape,
-               const float* x, simd::GemvInput& input, float* y) {
+// A weight type as benchmarked: packed is Q4_0 in the packed layout.
+struct Kind {
+  TensorType type;
+  bool packed;
+  std::string name;
+};
+
+double Product(const Kind& kind, const uint8_t* w, size_t row_bytes, Shape shape,
+               const float* x, simd::GemvInput& input, simd::PackedQ4_0Input& packed_input,
+               float* y) {
   const double wall0 = NowSeconds();
   const double cpu0 = g_cpu_clock ? ThreadCpuSeconds() : 0.0;
-  input.Prepare(type, x, shape.cols);
+  if (kind.packed) {
+    packed_input.Prepare(x, shape.cols);
+  } else {
+    input.Prepare(kind.type, x, shape.cols);
+  }
   const double prepare_cpu = g_cpu_clock ? ThreadCpuSeconds() - cpu0 : 0.0;
   const simd::GemvInput* prepared = &input;
+  const simd::PackedQ4_0Input* packed_prepared = &packed_input;
   std::mutex mu;
   double rows_cpu = 0;
-  ParallelFor(shape.rows, 4, [&](size_t begin, size_t end, int) {
+  const size_t items = kind.packed ? shape.rows / simd::kPackedRows : shape.rows;
+  ParallelFor(items, kind.packed ? 1 : 4, [&](size_t begin, size_t end, int) {
     const double c0 = g_cpu_clock ? ThreadCpuSeconds() : 0.0;
-    simd::Gemv(type, w, row_bytes, shape.cols, *prepared, begin, end, y);
+    if (kind.packed) {
+      simd::PackedQ4_0Gemv(w, shape.cols, *packed_prepared, begin, end, y);
+    } else {
+      simd::Gemv(kind.type, w, row_bytes, shape.cols, *prepared, begin, end, y);
+    }
     if (g_cpu_clock) {
       const double c = ThreadCpuSeconds() - c0;
       std::lock_guard<std::mutex> lock(mu);
@@ -147,20 +169,32 @@ double Product(TensorType type, const uint8_t* w, size_t row_bytes, Shape shape,
 
 // Guards against timing a broken kernel: the first rows must agree with the
 // scalar reference to 1e-4 of sum |w_i x_i| (the tests hold the kernels to a
-// much tighter, derived bound).
-void CheckAgainstReference(TensorType type, const Matrices& m, Shape shape,
+// much tighter, derived bound); 1e-3 for the packed kernel's int8
+// activations.
+void CheckAgainstReference(const Kind& kind, const Matrices& m, Shape shape,
                            const std::vector<float>& x, const std::vector<float>& y) {
+  const TensorType type = kind.type;
   const size_t rows = std::min<size_t>(8, shape.rows);
   std::vector<float> ref(rows), w(shape.cols);
-  simd::GemvReference(type, m.copy(0), m.row_bytes, shape.cols, x.data(), 0, rows,
-                      ref.data());
+  std::vector<uint8_t> plain(m.row_bytes);
+  if (kind.packed) {
+    simd::PackedQ4_0GemvReference(m.copy(0), shape.cols, x.data(), 0, 1, ref.data());
+  } else {
+    simd::GemvReference(type, m.copy(0), m.row_bytes, shape.cols, x.data(), 0, rows,
+                        ref.data());
+  }
   for (size_t r = 0; r < rows; ++r) {
-    simd::DequantizeRowReference(type, m.copy(0) + r * m.row_bytes, shape.cols, w.data());
+    const uint8_t* row = m.copy(0) + r * m.row_bytes;
+    if (kind.packed) {
+      simd::UnpackQ4_0Row(m.copy(0), shape.cols, r, plain.data());
+      row = plain.data();
+    }
+    simd::DequantizeRowReference(type, row, shape.cols, w.data());
     double magnitude = 0;
     for (size_t i = 0; i < shape.cols; ++i) magnitude += std::fabs(double(w[i]) * x[i]);
-    if (!(std::fabs(double(y[r]) - ref[r]) <= 1e-4 * magnitude)) {
+    if (!(std::fabs(double(y[r]) - ref[r]) <= (kind.packed ? 1e-3 : 1e-4) * magnitude)) {
       std::fprintf(stderr, "gemv_bench: %s row %zu: got %g, reference %g\n",
-                   std::string(TensorTypeName(type)).c_str(), r, y[r], ref[r]);
+                   kind.name.c_str(), r, y[r], ref[r]);
       std::exit(1);
     }
   }
@@ -210,7 +244,7 @@ int Main(int argc, char** argv) {
                            "percentage of a stream-read probe.");
   options.add_options()
       ("types", "Weight types", cxxopts::value<std::string>()->default_value(
-          "f32,f16,bf16,q8_0,q4_0,q4_K,q6_K"))
+          "f32,f16,bf16,q8_0,q4_0,q4_0x8,q4_K,q6_K"))
       ("shapes", "Shapes COLSxROWS (ggml order)", cxxopts::value<std::string>()->default_value(
           "4096x4096,4096x11008,11008x4096,2048x5632"))
       ("threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))
@@ -229,10 +263,16 @@ int Main(int argc, char** argv) {
     std::cout << options.help() << "\n";
     return 0;
   }
-  std::vector<TensorType> types;
+  std::vector<Kind> kinds;
+  std::vector<TensorType> types;  // for --quantize-speed
   for (const std::string& name : Split(opts["types"].as<std::string>(), ',')) {
+    if (name == "q4_0x8") {
+      kinds.push_back(Kind{TensorType::kQ4_0, true, name});
+      continue;
+    }
     const auto t = ParseTensorType(name);
     if (!t || !simd::GemvSupports(*t)) ThrowInputError("no GEMV kernel for type '", name, "'");
+    kinds.push_back(Kind{*t, false, name});
     types.push_back(*t);
   }
   std::vector<Shape> shapes;
@@ -277,17 +317,26 @@ int Main(int argc, char** argv) {
 
   std::mt19937 rng(42);
   std::vector<Row> table;
-  for (TensorType type : types) {
+  for (const Kind& kind : kinds) {
     for (Shape shape : shapes) {
-      const Matrices m = MakeMatrices(type, shape, rotate_bytes, rng);
+      if (kind.packed && shape.rows % simd::kPackedRows != 0) {
+        ThrowInputError("q4_0x8 needs a multiple of 8 rows, not ", shape.rows);
+      }
+      Matrices m = MakeMatrices(kind.type, shape, rotate_bytes, rng);
+      if (kind.packed) {
+        for (size_t c = 0; c < m.copies; ++c) {
+          simd::PackQ4_0Matrix(m.data.data() + c * m.matrix_bytes, shape.rows, shape.cols);
+        }
+      }
       std::vector<float> x(shape.cols), y(shape.rows);
       std::normal_distribution<float> normal(0.0f, 1.0f);
       for (float& v : x) v = normal(rng);
       simd::GemvInput input;
+      simd::PackedQ4_0Input packed_input;
       for (int threads : thread_counts) {
         SetThreadCount(threads);
-        Product(type, m.copy(0), m.row_bytes, shape, x.data(), input, y.data());
-        CheckAgainstReference(type, m, shape, x, y);
+        Product(kind, m.copy(0), m.row_bytes, shape, x.data(), input, packed_input, y.data());
+        CheckAgainstReference(kind, m, shape, x, y);
         std::vector<double> seconds, probe1_rates, probe4_rates;
         for (int r = 0; r < reps; ++r) {
           probe.set_streams(1);
@@ -295,14 +344,15 @@ int Main(int argc, char** argv) {
           probe.set_streams(4);
           probe4_rates.push_back(probe.Pass(m.matrix_bytes, g_cpu_clock));
           const uint8_t* w = m.copy(static_cast<size_t>(r) + 1);
-          seconds.push_back(Product(type, w, m.row_bytes, shape, x.data(), input, y.data()));
+          seconds.push_back(
+              Product(kind, w, m.row_bytes, shape, x.data(), input, packed_input, y.data()));
         }
         std::sort(seconds.begin(), seconds.end());
         std::sort(probe1_rates.begin(), probe1_rates.end());
         std::sort(probe4_rates.begin(), probe4_rates.end());
         const double median = seconds[seconds.size() / 2];
         const double bytes = static_cast<double>(m.matrix_bytes);
-        Row row{std::string(TensorTypeName(type)), shape, threads, bytes / 1e6,
+        Row row{kind.name, shape, threads, bytes / 1e6,
                 median * 1e3, bytes / median / 1e9, bytes / seconds.front() / 1e9,
                 probe1_rates[probe1_rates.size() / 2], probe4_rates[probe4_rates.size() / 2]};
         std::fprintf(stderr, "%-5s %5zux%-5zu t=%d: %6.2f GB/s (probes %.2f / %.2f: %.0f%% / %.0f%%)\n",

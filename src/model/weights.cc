@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "base/error.h"
+#include "base/mapped_file.h"
 #include "simd/gemv.h"
 #include "simd/quantize.h"
 
@@ -123,6 +124,19 @@ ModelWeights BindWeights(const ModelConfig& c,
     }
   }
   return w;
+}
+
+void PackWeightsForDecode(ModelWeights& weights) {
+  if (ops::GetKernelMode() != ops::KernelMode::kFast) return;
+  auto pack = [](ops::MatrixView& m) {
+    if (m.data == nullptr || !ops::WantsPacking(m)) return;
+    if (!MakeWritable(m.data, m.rows * m.row_bytes)) return;
+    ops::PackForDecode(m, const_cast<uint8_t*>(m.data));
+  };
+  if (weights.output.data != weights.token_embd.data) pack(weights.output);
+  for (LayerWeights& l : weights.layers) {
+    for (ops::MatrixView* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) pack(*m);
+  }
 }
 
 }  // namespace sparrow

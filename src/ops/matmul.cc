@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "base/aligned_buffer.h"
 #include "simd/quantize.h"
@@ -131,8 +132,10 @@ void MatMul(const MatrixView& w, const float* x, size_t n, float* y) {
     for (size_t r0 = 0; r0 < w.rows; r0 += panel_rows) {
       const size_t rows = std::min(panel_rows, w.rows - r0);
       ParallelFor(rows, 4, [&](size_t begin, size_t end, int) {
+        thread_local std::vector<uint8_t> scratch;  // a packed row, unpacked
+        if (w.packed && scratch.size() < w.row_bytes) scratch.resize(w.row_bytes);
         for (size_t r = begin; r < end; ++r) {
-          simd::DequantizeRow(w.type, w.row(r0 + r), w.cols,
+          simd::DequantizeRow(w.type, RowBlocks(w, r0 + r, scratch.data()), w.cols,
                               panel_data + r * w.cols);
         }
       });

@@ -1,5 +1,6 @@
 #include "src/ops/ops.h"
 
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
@@ -7,6 +8,7 @@
 #include "simd/attention.h"
 #include "simd/gemv.h"
 #include "simd/norm.h"
+#include "simd/packed_q4_0.h"
 #include "simd/quantize.h"
 #include "simd/vector_ops.h"
 #include "src/threads.h"
@@ -31,9 +33,61 @@ size_t RowGrain(const MatrixView& w) {
 void SetKernelMode(KernelMode mode) { g_mode.store(mode); }
 KernelMode GetKernelMode() { return g_mode.load(); }
 
-void MatVec(const MatrixView& w, const float* x, float* y) {
+const uint8_t* RowBlocks(const MatrixView& w, size_t r, uint8_t* scratch) {
+  const size_t groups = w.packed ? w.rows / simd::kPackedRows : 0;
+  if (r >= groups * simd::kPackedRows) return w.row(r);
+  const size_t group_bytes = simd::kPackedRows * w.row_bytes;
+  simd::UnpackQ4_0Row(w.data + r / simd::kPackedRows * group_bytes, w.cols,
+                      r % simd::kPackedRows, scratch);
+  return scratch;
+}
+
+bool WantsPacking(const MatrixView& w) {
+  uint64_t plain_bytes = 0;
+  return !w.packed && w.type == TensorType::kQ4_0 && w.rows >= simd::kPackedRows &&
+         TensorTypeBytes(w.type, w.cols, &plain_bytes) && plain_bytes == w.row_bytes &&
+         simd::PackedQ4_0Preferred();
+}
+
+void PackForDecode(MatrixView& w, uint8_t* writable) {
+  if (!WantsPacking(w)) return;
+  simd::PackQ4_0Matrix(writable, w.rows, w.cols);
+  w.packed = true;
+}
+
+namespace {
+
+// MatVec of a packed matrix: groups of 8 rows, then the plain tail rows.
+void PackedMatVec(const MatrixView& w, const float* x, float* y) {
+  const size_t groups = w.rows / simd::kPackedRows;
+  const size_t tail_begin = groups * simd::kPackedRows;
+  const size_t group_grain = std::max<size_t>(1, RowGrain(w) / simd::kPackedRows);
   if (Fast()) {
-    // Prepared once, read by every thread.
+    thread_local simd::PackedQ4_0Input input;  // see MatVec on thread_local
+    input.Prepare(x, w.cols);
+    const simd::PackedQ4_0Input* prepared = &input;
+    ParallelFor(groups, group_grain, [&](size_t begin, size_t end, int) {
+      simd::PackedQ4_0Gemv(w.data, w.cols, *prepared, begin, end, y);
+    });
+    if (tail_begin < w.rows) {
+      thread_local simd::GemvInput tail_input;
+      tail_input.Prepare(w.type, x, w.cols);
+      simd::Gemv(w.type, w.data, w.row_bytes, w.cols, tail_input, tail_begin, w.rows, y);
+    }
+  } else {
+    ParallelFor(groups, group_grain, [&](size_t begin, size_t end, int) {
+      simd::PackedQ4_0GemvReference(w.data, w.cols, x, begin, end, y);
+    });
+    simd::GemvReference(w.type, w.data, w.row_bytes, w.cols, x, tail_begin, w.rows, y);
+  }
+}
+
+}  // namespace
+
+void MatVec(const MatrixView& w, const float* x, float* y) {
+  if (w.packed) {
+    PackedMatVec(w, x, y);
+  } else if (Fast()) {
     // Prepared once by the calling thread, read by every worker (through
     // the pointer: naming a thread_local inside the lambda would give each
     // worker its own, unprepared copy).
@@ -53,10 +107,13 @@ void MatVec(const MatrixView& w, const float* x, float* y) {
 }
 
 void GetRow(const MatrixView& w, size_t r, float* out) {
+  thread_local std::vector<uint8_t> scratch;
+  if (w.packed && scratch.size() < w.row_bytes) scratch.resize(w.row_bytes);
+  const uint8_t* blocks = RowBlocks(w, r, scratch.data());
   if (Fast()) {
-    simd::DequantizeRow(w.type, w.row(r), w.cols, out);
+    simd::DequantizeRow(w.type, blocks, w.cols, out);
   } else {
-    simd::DequantizeRowReference(w.type, w.row(r), w.cols, out);
+    simd::DequantizeRowReference(w.type, blocks, w.cols, out);
   }
 }
 
