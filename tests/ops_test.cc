@@ -91,43 +91,47 @@ TEST_CASE("GetRow dequantizes one row") {
   CHECK(row == expect);
 }
 
-TEST_CASE("a packed Q4_0 matrix gives the plain matrix's products, rows and batches") {
+TEST_CASE("packed Q4_0 and Q4_K matrices give the plain matrices' products, rows and batches") {
   const size_t rows = 300 + 5, cols = 512, n = 9;  // 38 groups of 8 and 1 plain row
-  const QuantizedMatrix plain = MakeMatrix(TensorType::kQ4_0, rows, cols, 3);
-  QuantizedMatrix packed = MakeMatrix(TensorType::kQ4_0, rows, cols, 3);
-  ops::PackForDecode(packed.view, packed.bytes.data());
-  if (!ops::WantsPacking(plain.view)) {
-    CHECK(!packed.view.packed);  // this CPU keeps the plain kernel
-    return;
-  }
-  REQUIRE(packed.view.packed);
-  CHECK(packed.bytes != plain.bytes);
-  CHECK(!ops::WantsPacking(packed.view));
-  const std::vector<float> x = RandomVector(n * cols, 4);
-  for (int threads : {1, 2}) {
-    SetThreadCount(threads);
-    std::vector<float> got(n * rows), want(n * rows), single(rows), want_single(rows);
-    // The reference path unpacks: bit-equal to the plain matrix's.
-    ops::SetKernelMode(ops::KernelMode::kReference);
-    ops::MatMul(packed.view, x.data(), n, got.data());
-    ops::MatMul(plain.view, x.data(), n, want.data());
-    CHECK(got == want);
-    ops::SetKernelMode(ops::KernelMode::kFast);
-    ops::MatVec(packed.view, x.data(), single.data());
-    ops::MatVec(plain.view, x.data(), want_single.data());
-    // int8 activations (packed) against int16 ones (plain): ~1e-3 of the largest output.
-    CHECK(MaxRelError(single, want_single) < 1e-2);
-    CHECK(MaxRelError(single, std::vector<float>(want.begin(), want.begin() + rows)) < 1e-2);
-    CHECK(single[rows - 1] == want_single[rows - 1]);  // the tail row runs the plain kernel
-    ops::MatMul(packed.view, x.data(), n, got.data());
-    ops::MatMul(plain.view, x.data(), n, want.data());
-    CHECK(MaxRelError(got, want) < (SPARROW_HAVE_ONEDNN ? 1e-6 : 1e-2));
-  }
-  SetThreadCount(0);
-  for (size_t r : {size_t{0}, size_t{13}, rows - 1}) {
-    std::vector<float> row(cols), expect(cols);
-    ops::GetRow(packed.view, r, row.data());
-    ops::GetRow(plain.view, r, expect.data());
-    CHECK(row == expect);
+  for (TensorType type : {TensorType::kQ4_0, TensorType::kQ4_K}) {
+    CAPTURE(TensorTypeName(type));
+    const QuantizedMatrix plain = MakeMatrix(type, rows, cols, 3);
+    QuantizedMatrix packed = MakeMatrix(type, rows, cols, 3);
+    ops::PackForDecode(packed.view, packed.bytes.data());
+    if (!ops::WantsPacking(plain.view)) {
+      CHECK(!packed.view.packed);  // this CPU keeps the plain kernels
+      continue;
+    }
+    REQUIRE(packed.view.packed);
+    CHECK(packed.bytes != plain.bytes);
+    CHECK(!ops::WantsPacking(packed.view));
+    const std::vector<float> x = RandomVector(n * cols, 4);
+    for (int threads : {1, 2}) {
+      SetThreadCount(threads);
+      std::vector<float> got(n * rows), want(n * rows), single(rows), want_single(rows);
+      // The reference path unpacks: bit-equal to the plain matrix's.
+      ops::SetKernelMode(ops::KernelMode::kReference);
+      ops::MatMul(packed.view, x.data(), n, got.data());
+      ops::MatMul(plain.view, x.data(), n, want.data());
+      CHECK(got == want);
+      ops::SetKernelMode(ops::KernelMode::kFast);
+      ops::MatVec(packed.view, x.data(), single.data());
+      ops::MatVec(plain.view, x.data(), want_single.data());
+      // int8 activations (packed) against int16 ones (plain): a few 1e-3 of
+      // the largest output at most.
+      CHECK(MaxRelError(single, want_single) < 1e-2);
+      CHECK(MaxRelError(single, std::vector<float>(want.begin(), want.begin() + rows)) < 1e-2);
+      CHECK(single[rows - 1] == want_single[rows - 1]);  // the tail row runs the plain kernel
+      ops::MatMul(packed.view, x.data(), n, got.data());
+      ops::MatMul(plain.view, x.data(), n, want.data());
+      CHECK(MaxRelError(got, want) < (SPARROW_HAVE_ONEDNN ? 1e-6 : 1e-2));
+    }
+    SetThreadCount(0);
+    for (size_t r : {size_t{0}, size_t{13}, rows - 1}) {
+      std::vector<float> row(cols), expect(cols);
+      ops::GetRow(packed.view, r, row.data());
+      ops::GetRow(plain.view, r, expect.data());
+      CHECK(row == expect);
+    }
   }
 }

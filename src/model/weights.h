@@ -39,7 +39,7 @@ ModelWeights BindWeights(const ModelConfig& config,
                          const std::string& source_name, bool with_ffn);
 
 // Repacks in place the matrices the packed decode kernels are faster for
-// (ops::WantsPacking: Q4_0 on x86) when the fast kernels are in use. The
+// (ops::WantsPacking: Q4_0 and Q4_K on x86) when the fast kernels are in use. The
 // embedding table is left alone (rows are looked up one by one, and the
 // output head shares it when the model ties them). A matrix whose memory
 // cannot be made writable stays as it is.

@@ -8,7 +8,7 @@
 #include "simd/attention.h"
 #include "simd/gemv.h"
 #include "simd/norm.h"
-#include "simd/packed_q4_0.h"
+#include "simd/packed_gemv.h"
 #include "simd/quantize.h"
 #include "simd/vector_ops.h"
 #include "src/threads.h"
@@ -37,21 +37,21 @@ const uint8_t* RowBlocks(const MatrixView& w, size_t r, uint8_t* scratch) {
   const size_t groups = w.packed ? w.rows / simd::kPackedRows : 0;
   if (r >= groups * simd::kPackedRows) return w.row(r);
   const size_t group_bytes = simd::kPackedRows * w.row_bytes;
-  simd::UnpackQ4_0Row(w.data + r / simd::kPackedRows * group_bytes, w.cols,
+  simd::UnpackRow(w.type, w.data + r / simd::kPackedRows * group_bytes, w.cols,
                       r % simd::kPackedRows, scratch);
   return scratch;
 }
 
 bool WantsPacking(const MatrixView& w) {
   uint64_t plain_bytes = 0;
-  return !w.packed && w.type == TensorType::kQ4_0 && w.rows >= simd::kPackedRows &&
+  return !w.packed && simd::PackedGemvSupports(w.type) && w.rows >= simd::kPackedRows &&
          TensorTypeBytes(w.type, w.cols, &plain_bytes) && plain_bytes == w.row_bytes &&
-         simd::PackedQ4_0Preferred();
+         simd::PackedGemvPreferred();
 }
 
 void PackForDecode(MatrixView& w, uint8_t* writable) {
   if (!WantsPacking(w)) return;
-  simd::PackQ4_0Matrix(writable, w.rows, w.cols);
+  simd::PackMatrix(w.type, writable, w.rows, w.cols);
   w.packed = true;
 }
 
@@ -63,11 +63,11 @@ void PackedMatVec(const MatrixView& w, const float* x, float* y) {
   const size_t tail_begin = groups * simd::kPackedRows;
   const size_t group_grain = std::max<size_t>(1, RowGrain(w) / simd::kPackedRows);
   if (Fast()) {
-    thread_local simd::PackedQ4_0Input input;  // see MatVec on thread_local
+    thread_local simd::PackedGemvInput input;  // see MatVec on thread_local
     input.Prepare(x, w.cols);
-    const simd::PackedQ4_0Input* prepared = &input;
+    const simd::PackedGemvInput* prepared = &input;
     ParallelFor(groups, group_grain, [&](size_t begin, size_t end, int) {
-      simd::PackedQ4_0Gemv(w.data, w.cols, *prepared, begin, end, y);
+      simd::PackedGemv(w.type, w.data, w.cols, *prepared, begin, end, y);
     });
     if (tail_begin < w.rows) {
       thread_local simd::GemvInput tail_input;
@@ -76,7 +76,7 @@ void PackedMatVec(const MatrixView& w, const float* x, float* y) {
     }
   } else {
     ParallelFor(groups, group_grain, [&](size_t begin, size_t end, int) {
-      simd::PackedQ4_0GemvReference(w.data, w.cols, x, begin, end, y);
+      simd::PackedGemvReference(w.type, w.data, w.cols, x, begin, end, y);
     });
     simd::GemvReference(w.type, w.data, w.row_bytes, w.cols, x, tail_begin, w.rows, y);
   }

@@ -27,9 +27,9 @@ struct MatrixView {
   size_t rows = 0;
   size_t cols = 0;
   size_t row_bytes = 0;
-  // Q4_0 only: the whole groups of 8 rows are interleaved for the packed
-  // decode kernel (simd/packed_q4_0.h; see PackForDecode). Read a row's
-  // blocks through RowBlocks then, not row().
+  // Q4_0 and Q4_K only: the whole groups of 8 rows are interleaved for the
+  // packed decode kernels (simd/packed_gemv.h; see PackForDecode). Read a
+  // row's blocks through RowBlocks then, not row().
   bool packed = false;
 
   const uint8_t* row(size_t r) const { return data + r * row_bytes; }
@@ -39,8 +39,9 @@ struct MatrixView {
 // row of a packed group, the row unpacked into `scratch` (row_bytes).
 const uint8_t* RowBlocks(const MatrixView& w, size_t r, uint8_t* scratch);
 
-// Whether PackForDecode would pack w: Q4_0 with whole rows back to back, at
-// least one group of 8, and a CPU whose packed kernel beats the plain one.
+// Whether PackForDecode would pack w: Q4_0 or Q4_K with whole rows back to
+// back, at least one group of 8, and a CPU whose packed kernels beat the
+// plain ones.
 bool WantsPacking(const MatrixView& w);
 // Interleaves w's whole groups of rows in place (`writable` is w.data,
 // writable) and marks w packed, if WantsPacking(w). The packed matrix takes

@@ -1,0 +1,216 @@
+#include "simd/packed_gemv.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "simd/gemv.h"
+#include "simd/quant_blocks.h"
+#include "simd/quantize.h"
+#include "simd/targets.h"
+
+namespace sparrow::simd {
+namespace {
+
+constexpr TensorType kTypes[] = {TensorType::kQ4_0, TensorType::kQ4_K};
+
+size_t BlockElems(TensorType type) { return type == TensorType::kQ4_K ? 256 : 32; }
+size_t BlockBytes(TensorType type) { return type == TensorType::kQ4_K ? 144 : 18; }
+
+// `rows` random rows of `cols` elements: random nibbles and (Q4_K) 6-bit
+// scales and mins, and f16 scales of both signs over two orders of magnitude.
+std::vector<uint8_t> RandomRows(TensorType type, size_t rows, size_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mag(0.001f, 0.1f);
+  const size_t bb = BlockBytes(type);
+  std::vector<uint8_t> w(rows * cols / BlockElems(type) * bb);
+  for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
+  for (size_t b = 0; b < w.size() / bb; ++b) {
+    const uint16_t d = F32ToF16((rng() & 1 ? -1.0f : 1.0f) * mag(rng) * (type == TensorType::kQ4_K ? 0.05f : 1.0f));
+    std::memcpy(&w[b * bb], &d, 2);
+    if (type == TensorType::kQ4_K) {
+      const uint16_t dmin = F32ToF16((rng() & 1 ? -1.0f : 1.0f) * mag(rng) * 0.05f);
+      std::memcpy(&w[b * bb + 2], &dmin, 2);
+    }
+  }
+  return w;
+}
+
+std::vector<float> RandomVector(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  for (size_t i = 0; i < n; i += 97) x[i] *= 30.0f;  // outliers
+  return x;
+}
+
+TEST_CASE("PackGroup and UnpackRow are inverses; PackMatrix packs whole groups") {
+  for (TensorType type : kTypes) {
+    for (size_t blocks : {1, 2, 3, 16}) {
+      const size_t cols = blocks * BlockElems(type);
+      CAPTURE(TensorTypeName(type));
+      CAPTURE(cols);
+      const size_t rows = 19;  // two groups and a tail of 3 rows
+      const size_t row_bytes = blocks * BlockBytes(type);
+      const std::vector<uint8_t> w = RandomRows(type, rows, cols, 7);
+      std::vector<uint8_t> packed = w;
+      PackMatrix(type, packed.data(), rows, cols);
+      CHECK(packed != w);
+      std::vector<uint8_t> row(row_bytes);
+      for (size_t g = 0; g < 2; ++g) {
+        for (size_t r = 0; r < kPackedRows; ++r) {
+          UnpackRow(type, packed.data() + g * kPackedRows * row_bytes, cols, r, row.data());
+          CHECK(std::memcmp(row.data(), &w[(8 * g + r) * row_bytes], row_bytes) == 0);
+        }
+      }
+      CHECK(std::memcmp(&packed[16 * row_bytes], &w[16 * row_bytes], 3 * row_bytes) == 0);
+    }
+  }
+  // The Q4_0 layout itself: block 1's scale of row 5, and its nibble bytes 8..11.
+  const std::vector<uint8_t> w = RandomRows(TensorType::kQ4_0, 8, 64, 9);
+  std::vector<uint8_t> packed(w.size());
+  PackGroup(TensorType::kQ4_0, w.data(), 36, 64, packed.data());
+  CHECK(std::memcmp(&packed[144 + 10], &w[5 * 36 + 18], 2) == 0);
+  CHECK(std::memcmp(&packed[144 + 16 + 64 + 20], &w[5 * 36 + 18 + 2 + 8], 4) == 0);
+  // Q4_K: row 3's qs[32 * 2 + 4 * 5 ..] in chunk (2, 5), and its sub-block 6's scale.
+  const std::vector<uint8_t> k = RandomRows(TensorType::kQ4_K, 8, 256, 10);
+  std::vector<uint8_t> kp(k.size());
+  PackGroup(TensorType::kQ4_K, k.data(), 144, 256, kp.data());
+  CHECK(std::memcmp(&kp[128 + 256 * 2 + 32 * 5 + 12], &k[3 * 144 + 16 + 64 + 20], 4) == 0);
+  uint8_t sc[8], m[8];
+  UnpackQ4KScales(&k[3 * 144 + 4], sc, m);
+  CHECK((kp[32 + 8 * 6 + 3] & 63) == sc[6]);
+}
+
+// The kernels' error against the exact product comes from the int8
+// activations: each element is off by at most max|x_block| / 254, so
+// |y - exact| <= sum_i |w_i| max|x_block(i)| / 254, plus f32 rounding of
+// the partial sums (including Q4_0's offsets and Q4_K's mins, computed
+// apart: bounded through the dequantized row with every nibble zero).
+double ErrorBound(TensorType type, const uint8_t* row, size_t cols, const std::vector<float>& x) {
+  std::vector<float> w(cols), offsets(cols);
+  DequantizeRowReference(type, row, cols, w.data());
+  std::vector<uint8_t> zeroed(row, row + cols / BlockElems(type) * BlockBytes(type));
+  for (size_t b = 0; b < cols / BlockElems(type); ++b) {
+    uint8_t* blk = zeroed.data() + b * BlockBytes(type);
+    if (type == TensorType::kQ4_K) {
+      std::memset(blk + 16, 0, 128);
+    } else {
+      std::memset(blk + 2, 0, 16);
+    }
+  }
+  DequantizeRowReference(type, zeroed.data(), cols, offsets.data());
+  double bound = 0.0, magnitude = 0.0;
+  for (size_t b = 0; b < cols / 32; ++b) {
+    double amax = 0.0;
+    for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(double{x[32 * b + i]}));
+    for (size_t i = 32 * b; i < 32 * b + 32; ++i) {
+      bound += std::fabs(double{w[i]}) * amax / 254.0;
+      magnitude += (std::fabs(double{w[i]}) + 2 * std::fabs(double{offsets[i]})) * std::fabs(double{x[i]});
+    }
+  }
+  return bound * 1.001 + 1e-5 * magnitude + 1e-30;
+}
+
+TEST_CASE("PackedGemv matches the reference within the int8 bound on every target") {
+  for (TensorType type : kTypes) {
+    for (size_t blocks : {1, 5, 8}) {
+      const size_t cols = blocks * BlockElems(type) * (type == TensorType::kQ4_0 ? 8 : 1);
+      const size_t groups = 5;
+      const size_t rows = groups * kPackedRows;
+      const size_t row_bytes = cols / BlockElems(type) * BlockBytes(type);
+      const std::vector<uint8_t> w = RandomRows(type, rows, cols, static_cast<uint32_t>(cols));
+      std::vector<uint8_t> packed = w;
+      PackMatrix(type, packed.data(), rows, cols);
+      const std::vector<float> x = RandomVector(cols, 3);
+      std::vector<float> want(rows), ref(rows);
+      GemvReference(type, w.data(), row_bytes, cols, x.data(), 0, rows, want.data());
+      PackedGemvReference(type, packed.data(), cols, x.data(), 0, groups, ref.data());
+      CHECK(ref == want);
+      std::vector<double> bound(rows);
+      for (size_t r = 0; r < rows; ++r) bound[r] = ErrorBound(type, &w[r * row_bytes], cols, x);
+      ForEachTarget([&](const Target& target) {
+        CAPTURE(target.name);
+        CAPTURE(TensorTypeName(type));
+        CAPTURE(cols);
+        PackedGemvInput input;
+        input.Prepare(x.data(), cols);
+        std::vector<float> y(rows, -1.0f);
+        PackedGemv(type, packed.data(), cols, input, 1, groups, y.data());
+        for (size_t r = 0; r < kPackedRows; ++r) CHECK(y[r] == -1.0f);  // group 0 untouched
+        for (size_t r = kPackedRows; r < rows; ++r) {
+          CAPTURE(r);
+          CHECK(std::fabs(y[r] - want[r]) <= bound[r]);
+        }
+      });
+    }
+  }
+}
+
+TEST_CASE("PackedGemvInput rounds each block's largest value to +-127") {
+  std::vector<float> x(64, 0.0f);
+  x[3] = -2.0f;
+  x[4] = 1.0f;
+  x[40] = 0.5f;
+  ForEachTarget([&](const Target& target) {
+    CAPTURE(target.name);
+    PackedGemvInput input;
+    input.Prepare(x.data(), x.size());
+    CHECK(input.quantized()[3] == -127);
+    CHECK(input.quantized()[4] == 64);  // 63.5 rounds to even
+    CHECK(input.quantized()[40] == 127);
+    CHECK(input.scales()[0] == doctest::Approx(2.0f / 127));
+    CHECK(input.sums()[0] == -63.0f);
+    CHECK(input.sums()[1] == 127.0f);
+  });
+}
+
+TEST_CASE("PackedGemv propagates non-finite activations, and rejects misuse") {
+  for (TensorType type : kTypes) {
+    const size_t cols = BlockElems(type) * 2;
+    std::vector<uint8_t> w = RandomRows(type, kPackedRows, cols, 1);
+    PackMatrix(type, w.data(), kPackedRows, cols);
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      std::vector<float> x = RandomVector(cols, 2);
+      x[37] = bad;
+      ForEachTarget([&](const Target& target) {
+        CAPTURE(target.name);
+        CAPTURE(TensorTypeName(type));
+        PackedGemvInput input;
+        input.Prepare(x.data(), cols);
+        std::vector<float> y(kPackedRows);
+        PackedGemv(type, w.data(), cols, input, 0, 1, y.data());
+        for (float v : y) CHECK(std::isnan(v));
+      });
+    }
+  }
+  PackedGemvInput input;
+  std::vector<float> x(256, 1.0f);
+  CHECK_THROWS(input.Prepare(x.data(), 48));
+  input.Prepare(x.data(), 32);
+  std::vector<uint8_t> w(8 * 144);
+  float y[8];
+  CHECK_THROWS_AS(PackedGemv(TensorType::kQ4_0, w.data(), 64, input, 0, 1, y), std::invalid_argument);
+  CHECK_THROWS_AS(PackedGemv(TensorType::kQ4_K, w.data(), 32, input, 0, 1, y), std::invalid_argument);
+  CHECK_THROWS_AS(PackedGemv(TensorType::kQ8_0, w.data(), 32, input, 0, 1, y), std::invalid_argument);
+  CHECK_FALSE(PackedGemvSupports(TensorType::kQ6_K));
+}
+
+TEST_CASE("PackedGemvPreferred: x86 targets with pmaddubsw") {
+  ForEachTarget([&](const Target& target) {
+    const bool x86_int8 = target.name == "AVX2" || target.name == "SSE4" ||
+                          target.name == "SSSE3" || target.name.rfind("AVX3", 0) == 0;
+    CHECK(PackedGemvPreferred() == x86_int8);
+  });
+}
+
+}  // namespace
+}  // namespace sparrow::simd
