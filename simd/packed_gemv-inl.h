@@ -61,10 +61,10 @@ HWY_INLINE bool PackedPreferredImpl() {
 
 #if HWY_TARGET == HWY_SCALAR
 // One lane per vector: the integer steps in plain code, per row.
-HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, size_t nblocks,
-                                    const int8_t* HWY_RESTRICT xq,
-                                    const float* HWY_RESTRICT sx,
-                                    const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
+HWY_INLINE void PackedQ4_0OneGroup(const uint8_t* HWY_RESTRICT p, size_t nblocks,
+                                   const int8_t* HWY_RESTRICT xq,
+                                   const float* HWY_RESTRICT sx,
+                                   const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
   float acc[8] = {}, off[8] = {};
   for (size_t b = 0; b < nblocks; ++b, p += kPackedBlockBytes) {
     const int8_t* xb = xq + 32 * b;
@@ -86,6 +86,15 @@ HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, size_t nblock
   for (size_t r = 0; r < 8; ++r) y[r] = acc[r] - 8.0f * off[r];
 }
 
+HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
+                                    size_t nblocks, const int8_t* HWY_RESTRICT xq,
+                                    const float* HWY_RESTRICT sx,
+                                    const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
+                                    float* HWY_RESTRICT y2) {
+  PackedQ4_0OneGroup(p, nblocks, xq, sx, sums, y);
+  if (p2 != nullptr) PackedQ4_0OneGroup(p2, nblocks, xq, sx, sums, y2);
+}
+
 // Row r's sub-block s scale and min from a packed Q4_K super-block.
 HWY_INLINE void PackedQ4_KScaleMin(const uint8_t* p, size_t r, size_t s, int32_t& sc,
                                    int32_t& m) {
@@ -95,10 +104,10 @@ HWY_INLINE void PackedQ4_KScaleMin(const uint8_t* p, size_t r, size_t s, int32_t
   m = ((s & 1) ? (low >> 4) : (low & 15)) | ((b >> 6) << 4);
 }
 
-HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, size_t nsuper,
-                                    const int8_t* HWY_RESTRICT xq,
-                                    const float* HWY_RESTRICT sx,
-                                    const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
+HWY_INLINE void PackedQ4_KOneGroup(const uint8_t* HWY_RESTRICT p, size_t nsuper,
+                                   const int8_t* HWY_RESTRICT xq,
+                                   const float* HWY_RESTRICT sx,
+                                   const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
   float acc[8] = {}, mins[8] = {};
   for (size_t sb = 0; sb < nsuper; ++sb, p += kPackedSuperBytes) {
     const int8_t* xs = xq + 256 * sb;
@@ -129,134 +138,207 @@ HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, size_t nsuper
   }
   for (size_t r = 0; r < 8; ++r) y[r] = acc[r] - mins[r];
 }
+
+HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
+                                    size_t nsuper, const int8_t* HWY_RESTRICT xq,
+                                    const float* HWY_RESTRICT sx,
+                                    const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
+                                    float* HWY_RESTRICT y2) {
+  PackedQ4_KOneGroup(p, nsuper, xq, sx, sums, y);
+  if (p2 != nullptr) PackedQ4_KOneGroup(p2, nsuper, xq, sx, sums, y2);
+}
 #else
 
-// One vector's rows (all 8, or 4 on 128-bit targets: part 0 or 1) of one
-// block: adds their dot products times their scales to `acc`, and the
-// scales times the block's activation sum to `off`.
+// Two vectors' rows of one block, sharing the activations: rows of part
+// `part_a` of the group at `pa` and of part `part_b` of the group at `pb`
+// (the two halves of one group on 128-bit targets, two groups elsewhere).
+// Adds their dot products times their scales to acc_*, and the scales
+// times the block's activation sum to off_*.
 template <class DU8, class DF>
-HWY_INLINE void PackedQ4_0Part(DU8 du8, DF df, const uint8_t* HWY_RESTRICT p,
-                               const int8_t* HWY_RESTRICT xb, size_t part, hn::Vec<DF> vsx,
-                               hn::Vec<DF> vsum, hn::Vec<DF>& acc, hn::Vec<DF>& off) {
+HWY_INLINE void PackedQ4_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, size_t part_a,
+                                const uint8_t* HWY_RESTRICT pb, size_t part_b,
+                                const int8_t* HWY_RESTRICT xb, hn::Vec<DF> vsx,
+                                hn::Vec<DF> vsum, hn::Vec<DF>& acc_a, hn::Vec<DF>& off_a,
+                                hn::Vec<DF>& acc_b, hn::Vec<DF>& off_b) {
   const hn::Repartition<int16_t, DU8> di16;
   const hn::Repartition<int32_t, DU8> di32;
   const hn::Repartition<uint16_t, DU8> du16;
   const hn::Rebind<hwy::float16_t, DF> df16;
   const size_t bytes = hn::Lanes(du8);
   const auto low4 = hn::Set(du8, 15);
-  auto dot16 = hn::Zero(di16);
+  const uint8_t* qa = pa + kPackedScaleBytes + bytes * part_a;
+  const uint8_t* qb = pb + kPackedScaleBytes + bytes * part_b;
+  auto dot_a = hn::Zero(di16), dot_b = hn::Zero(di16);
   for (size_t k = 0; k < 4; ++k) {
-    const auto w = hn::LoadU(du8, p + kPackedScaleBytes + 32 * k + bytes * part);
-    const auto lo = hn::And(w, low4);
-    const auto hi = hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, w))), low4);
     int32_t x_lo, x_hi;
     std::memcpy(&x_lo, xb + 4 * k, 4);
     std::memcpy(&x_hi, xb + 16 + 4 * k, 4);
-    dot16 = hn::Add(dot16, MulAddBytePairs(du8, lo, hn::BitCast(du8, hn::Set(di32, x_lo))));
-    dot16 = hn::Add(dot16, MulAddBytePairs(du8, hi, hn::BitCast(du8, hn::Set(di32, x_hi))));
+    const auto xl = hn::BitCast(du8, hn::Set(di32, x_lo));
+    const auto xh = hn::BitCast(du8, hn::Set(di32, x_hi));
+    const auto wa = hn::LoadU(du8, qa + 32 * k);
+    const auto wb = hn::LoadU(du8, qb + 32 * k);
+    dot_a = hn::Add(dot_a, MulAddBytePairs(du8, hn::And(wa, low4), xl));
+    dot_b = hn::Add(dot_b, MulAddBytePairs(du8, hn::And(wb, low4), xl));
+    dot_a = hn::Add(dot_a, MulAddBytePairs(du8, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wa))), low4), xh));
+    dot_b = hn::Add(dot_b, MulAddBytePairs(du8, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wb))), low4), xh));
   }
-  const auto dw = PromoteHalf(
-      df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p) + bytes / 4 * part));
-  const auto scale = hn::Mul(dw, vsx);
-  acc = hn::MulAdd(hn::ConvertTo(df, SumInt16Pairs(di16, dot16)), scale, acc);
-  off = hn::MulAdd(scale, vsum, off);
+  const auto scale_a = hn::Mul(
+      PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(pa) + bytes / 4 * part_a)),
+      vsx);
+  const auto scale_b = hn::Mul(
+      PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(pb) + bytes / 4 * part_b)),
+      vsx);
+  acc_a = hn::MulAdd(hn::ConvertTo(df, SumInt16Pairs(di16, dot_a)), scale_a, acc_a);
+  acc_b = hn::MulAdd(hn::ConvertTo(df, SumInt16Pairs(di16, dot_b)), scale_b, acc_b);
+  off_a = hn::MulAdd(scale_a, vsum, off_a);
+  off_b = hn::MulAdd(scale_b, vsum, off_b);
 }
 
-// One group of 8 rows: y[0..7].
-HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, size_t nblocks,
-                                    const int8_t* HWY_RESTRICT xq,
+// Groups of 8 rows at `p` and, on targets whose vectors hold 8 rows, `p2`
+// (nullptr: none): y[0..7] and y2[0..7]. Two groups at a time share the
+// activation loads and keep two streams in flight.
+HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
+                                    size_t nblocks, const int8_t* HWY_RESTRICT xq,
                                     const float* HWY_RESTRICT sx,
-                                    const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
-  // At most 32 bytes (8 rows) per vector; 128-bit targets take two parts
-  // of 4 rows per chunk.
+                                    const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
+                                    float* HWY_RESTRICT y2) {
+  // At most 32 bytes (8 rows) per vector; 128-bit targets take a group's
+  // chunks as two parts of 4 rows.
   const hn::CappedTag<uint8_t, 32> du8;
   const hn::Repartition<float, decltype(du8)> df;
   static_assert(hn::MaxLanes(du8) >= 16, "needs at least 128-bit vectors");
   const bool two_parts = hn::Lanes(du8) < 32;
-  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
-  auto off0 = hn::Zero(df), off1 = hn::Zero(df);
-  for (size_t b = 0; b < nblocks; ++b, p += kPackedBlockBytes) {
+  if (two_parts && p2 != nullptr) {  // a group fills both halves here
+    PackedQ4_0GroupImpl(p2, nullptr, nblocks, xq, sx, sums, y2, nullptr);
+    p2 = nullptr;
+  }
+  const uint8_t* pb = two_parts ? p : (p2 != nullptr ? p2 : p);
+  const size_t part_b = two_parts ? 1 : 0;
+  auto acc_a = hn::Zero(df), acc_b = hn::Zero(df);
+  auto off_a = hn::Zero(df), off_b = hn::Zero(df);
+  for (size_t b = 0; b < nblocks; ++b, p += kPackedBlockBytes, pb += kPackedBlockBytes) {
     hwy::Prefetch(p + 2048);
     hwy::Prefetch(p + 2048 + 64);
     hwy::Prefetch(p + 2048 + 128);
-    const int8_t* xb = xq + 32 * b;
-    const auto vsx = hn::Set(df, sx[b]);
-    const auto vsum = hn::Set(df, sums[b]);
-    PackedQ4_0Part(du8, df, p, xb, 0, vsx, vsum, acc0, off0);
-    if (two_parts) PackedQ4_0Part(du8, df, p, xb, 1, vsx, vsum, acc1, off1);
+    if (!two_parts && p2 != nullptr) {
+      hwy::Prefetch(pb + 2048);
+      hwy::Prefetch(pb + 2048 + 64);
+      hwy::Prefetch(pb + 2048 + 128);
+    }
+    PackedQ4_0Parts(du8, df, p, 0, pb, part_b, xq + 32 * b, hn::Set(df, sx[b]),
+                    hn::Set(df, sums[b]), acc_a, off_a, acc_b, off_b);
   }
   const auto eight = hn::Set(df, 8.0f);
-  hn::StoreU(hn::NegMulAdd(eight, off0, acc0), df, y);
-  if (two_parts) hn::StoreU(hn::NegMulAdd(eight, off1, acc1), df, y + hn::Lanes(df));
-}
-// One part (all 8 rows, or 4 on 128-bit targets) of one packed Q4_K
-// super-block: adds the rows' scaled dot products to `acc` and their mins'
-// share to `mins`.
-template <class DU8, class DF>
-HWY_INLINE void PackedQ4_KPart(DU8 du8, DF df, const uint8_t* HWY_RESTRICT p,
-                               const int8_t* HWY_RESTRICT xs, const float* HWY_RESTRICT sx,
-                               const float* HWY_RESTRICT sums, size_t part, hn::Vec<DF>& acc,
-                               hn::Vec<DF>& mins) {
-  const hn::Repartition<int16_t, DU8> di16;
-  const hn::Repartition<int32_t, DU8> di32;
-  const hn::Repartition<uint16_t, DU8> du16;
-  const hn::Rebind<int32_t, DF> di32f;
-  const hn::Rebind<uint8_t, DF> du8f;
-  const hn::Rebind<hwy::float16_t, DF> df16;
-  const size_t bytes = hn::Lanes(du8);
-  const size_t row0 = bytes / 4 * part;
-  const auto low4 = hn::Set(du8, 15);
-  const auto d = PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p) + row0));
-  const auto dmin = PromoteHalf(
-      df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p + kPackedKDmin) + row0));
-  for (size_t g = 0; g < 4; ++g) {
-    auto a16 = hn::Zero(di16), b16 = hn::Zero(di16);
-    const uint8_t* chunk = p + kPackedKQs + 256 * g + bytes * part;
-    const int8_t* xg = xs + 64 * g;
-    for (size_t k = 0; k < 8; ++k) {
-      const auto w = hn::LoadU(du8, chunk + 32 * k);
-      const auto lo = hn::And(w, low4);
-      const auto hi = hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, w))), low4);
-      int32_t x_lo, x_hi;
-      std::memcpy(&x_lo, xg + 4 * k, 4);
-      std::memcpy(&x_hi, xg + 32 + 4 * k, 4);
-      a16 = hn::Add(a16, MulAddBytePairs(du8, lo, hn::BitCast(du8, hn::Set(di32, x_lo))));
-      b16 = hn::Add(b16, MulAddBytePairs(du8, hi, hn::BitCast(du8, hn::Set(di32, x_hi))));
-    }
-    const auto lows = hn::PromoteTo(di32f, hn::LoadU(du8f, p + kPackedKMinsLow + 8 * g + row0));
-    for (size_t h = 0; h < 2; ++h) {
-      const size_t s = 2 * g + h;
-      const auto b = hn::PromoteTo(di32f, hn::LoadU(du8f, p + kPackedKScales + 8 * s + row0));
-      const auto sc = hn::And(b, hn::Set(di32f, 63));
-      const auto m_low = h ? hn::ShiftRight<4>(lows) : hn::And(lows, hn::Set(di32f, 15));
-      const auto m = hn::Or(m_low, hn::ShiftLeft<4>(hn::ShiftRight<6>(b)));
-      const auto vsx = hn::Set(df, sx[s]);
-      const auto scale = hn::Mul(hn::Mul(d, hn::ConvertTo(df, sc)), vsx);
-      acc = hn::MulAdd(hn::ConvertTo(df, SumInt16Pairs(di16, h ? b16 : a16)), scale, acc);
-      mins = hn::MulAdd(hn::Mul(dmin, hn::ConvertTo(df, m)), hn::Mul(vsx, hn::Set(df, sums[s])),
-                        mins);
-    }
+  hn::StoreU(hn::NegMulAdd(eight, off_a, acc_a), df, y);
+  if (two_parts) {
+    hn::StoreU(hn::NegMulAdd(eight, off_b, acc_b), df, y + hn::Lanes(df));
+  } else if (p2 != nullptr) {
+    hn::StoreU(hn::NegMulAdd(eight, off_b, acc_b), df, y2);
   }
 }
 
-HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, size_t nsuper,
-                                    const int8_t* HWY_RESTRICT xq,
+// A vector's rows (all 8, or 4 on 128-bit targets) of one packed Q4_K
+// sub-block pair g, given their int16 dot products for sub-blocks 2g (a16)
+// and 2g + 1 (b16): adds the scaled dots to `acc` and the mins' share to
+// `mins`.
+template <class DI16, class DF>
+HWY_INLINE void PackedQ4_KApply(DI16 di16, DF df, const uint8_t* HWY_RESTRICT p, size_t row0,
+                                size_t g, hn::Vec<DI16> a16, hn::Vec<DI16> b16,
+                                hn::Vec<DF> d, hn::Vec<DF> dmin,
+                                const float* HWY_RESTRICT sx, const float* HWY_RESTRICT sums,
+                                hn::Vec<DF>& acc, hn::Vec<DF>& mins) {
+  const hn::Rebind<int32_t, DF> di32f;
+  const hn::Rebind<uint8_t, DF> du8f;
+  const auto lows = hn::PromoteTo(di32f, hn::LoadU(du8f, p + kPackedKMinsLow + 8 * g + row0));
+  for (size_t h = 0; h < 2; ++h) {
+    const size_t s = 2 * g + h;
+    const auto b = hn::PromoteTo(di32f, hn::LoadU(du8f, p + kPackedKScales + 8 * s + row0));
+    const auto sc = hn::And(b, hn::Set(di32f, 63));
+    const auto m_low = h ? hn::ShiftRight<4>(lows) : hn::And(lows, hn::Set(di32f, 15));
+    const auto m = hn::Or(m_low, hn::ShiftLeft<4>(hn::ShiftRight<6>(b)));
+    const auto vsx = hn::Set(df, sx[s]);
+    const auto scale = hn::Mul(hn::Mul(d, hn::ConvertTo(df, sc)), vsx);
+    acc = hn::MulAdd(hn::ConvertTo(df, SumInt16Pairs(di16, h ? b16 : a16)), scale, acc);
+    mins = hn::MulAdd(hn::Mul(dmin, hn::ConvertTo(df, m)), hn::Mul(vsx, hn::Set(df, sums[s])),
+                      mins);
+  }
+}
+
+// Two vectors' rows of one packed Q4_K super-block, sharing the
+// activations: part `part_a` of the group at `pa` and part `part_b` of the
+// group at `pb` (as PackedQ4_0Parts).
+template <class DU8, class DF>
+HWY_INLINE void PackedQ4_KParts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, size_t part_a,
+                                const uint8_t* HWY_RESTRICT pb, size_t part_b,
+                                const int8_t* HWY_RESTRICT xs, const float* HWY_RESTRICT sx,
+                                const float* HWY_RESTRICT sums, hn::Vec<DF>& acc_a,
+                                hn::Vec<DF>& mins_a, hn::Vec<DF>& acc_b, hn::Vec<DF>& mins_b) {
+  const hn::Repartition<int16_t, DU8> di16;
+  const hn::Repartition<int32_t, DU8> di32;
+  const hn::Repartition<uint16_t, DU8> du16;
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  const size_t bytes = hn::Lanes(du8);
+  const size_t row_a = bytes / 4 * part_a, row_b = bytes / 4 * part_b;
+  const auto low4 = hn::Set(du8, 15);
+  auto half = [&](const uint8_t* p, size_t row0) HWY_ATTR {
+    return PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p) + row0));
+  };
+  const auto d_a = half(pa, row_a), dmin_a = half(pa + kPackedKDmin, row_a);
+  const auto d_b = half(pb, row_b), dmin_b = half(pb + kPackedKDmin, row_b);
+  for (size_t g = 0; g < 4; ++g) {
+    auto a16 = hn::Zero(di16), b16 = hn::Zero(di16), c16 = hn::Zero(di16), e16 = hn::Zero(di16);
+    const uint8_t* qa = pa + kPackedKQs + 256 * g + bytes * part_a;
+    const uint8_t* qb = pb + kPackedKQs + 256 * g + bytes * part_b;
+    const int8_t* xg = xs + 64 * g;
+    for (size_t k = 0; k < 8; ++k) {
+      int32_t x_lo, x_hi;
+      std::memcpy(&x_lo, xg + 4 * k, 4);
+      std::memcpy(&x_hi, xg + 32 + 4 * k, 4);
+      const auto xl = hn::BitCast(du8, hn::Set(di32, x_lo));
+      const auto xh = hn::BitCast(du8, hn::Set(di32, x_hi));
+      const auto wa = hn::LoadU(du8, qa + 32 * k);
+      const auto wb = hn::LoadU(du8, qb + 32 * k);
+      a16 = hn::Add(a16, MulAddBytePairs(du8, hn::And(wa, low4), xl));
+      c16 = hn::Add(c16, MulAddBytePairs(du8, hn::And(wb, low4), xl));
+      b16 = hn::Add(b16, MulAddBytePairs(du8, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wa))), low4), xh));
+      e16 = hn::Add(e16, MulAddBytePairs(du8, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wb))), low4), xh));
+    }
+    PackedQ4_KApply(di16, df, pa, row_a, g, a16, b16, d_a, dmin_a, sx, sums, acc_a, mins_a);
+    PackedQ4_KApply(di16, df, pb, row_b, g, c16, e16, d_b, dmin_b, sx, sums, acc_b, mins_b);
+  }
+}
+
+// Groups at `p` and (nullptr: none) `p2`, as PackedQ4_0GroupImpl.
+HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
+                                    size_t nsuper, const int8_t* HWY_RESTRICT xq,
                                     const float* HWY_RESTRICT sx,
-                                    const float* HWY_RESTRICT sums, float* HWY_RESTRICT y) {
+                                    const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
+                                    float* HWY_RESTRICT y2) {
   const hn::CappedTag<uint8_t, 32> du8;
   const hn::Repartition<float, decltype(du8)> df;
   const bool two_parts = hn::Lanes(du8) < 32;
-  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
-  auto mins0 = hn::Zero(df), mins1 = hn::Zero(df);
-  for (size_t sb = 0; sb < nsuper; ++sb, p += kPackedSuperBytes) {
-    for (size_t i = 0; i < kPackedSuperBytes; i += 64) hwy::Prefetch(p + 2048 + i);
-    PackedQ4_KPart(du8, df, p, xq + 256 * sb, sx + 8 * sb, sums + 8 * sb, 0, acc0, mins0);
-    if (two_parts) {
-      PackedQ4_KPart(du8, df, p, xq + 256 * sb, sx + 8 * sb, sums + 8 * sb, 1, acc1, mins1);
-    }
+  if (two_parts && p2 != nullptr) {  // a group fills both halves here
+    PackedQ4_KGroupImpl(p2, nullptr, nsuper, xq, sx, sums, y2, nullptr);
+    p2 = nullptr;
   }
-  hn::StoreU(hn::Sub(acc0, mins0), df, y);
-  if (two_parts) hn::StoreU(hn::Sub(acc1, mins1), df, y + hn::Lanes(df));
+  const uint8_t* pb = two_parts ? p : (p2 != nullptr ? p2 : p);
+  const size_t part_b = two_parts ? 1 : 0;
+  auto acc_a = hn::Zero(df), acc_b = hn::Zero(df);
+  auto mins_a = hn::Zero(df), mins_b = hn::Zero(df);
+  for (size_t sb = 0; sb < nsuper; ++sb, p += kPackedSuperBytes, pb += kPackedSuperBytes) {
+    for (size_t i = 0; i < kPackedSuperBytes; i += 64) hwy::Prefetch(p + 2048 + i);
+    if (!two_parts && p2 != nullptr) {
+      for (size_t i = 0; i < kPackedSuperBytes; i += 64) hwy::Prefetch(pb + 2048 + i);
+    }
+    PackedQ4_KParts(du8, df, p, 0, pb, part_b, xq + 256 * sb, sx + 8 * sb, sums + 8 * sb, acc_a,
+                    mins_a, acc_b, mins_b);
+  }
+  hn::StoreU(hn::Sub(acc_a, mins_a), df, y);
+  if (two_parts) {
+    hn::StoreU(hn::Sub(acc_b, mins_b), df, y + hn::Lanes(df));
+  } else if (p2 != nullptr) {
+    hn::StoreU(hn::Sub(acc_b, mins_b), df, y2);
+  }
 }
 #endif  // HWY_TARGET == HWY_SCALAR
 
@@ -264,17 +346,26 @@ HWY_INLINE void PackedGemvImpl(TensorType type, const uint8_t* HWY_RESTRICT data
                                const int8_t* HWY_RESTRICT xq, const float* HWY_RESTRICT sx,
                                const float* HWY_RESTRICT sums, size_t group_begin,
                                size_t group_end, float* HWY_RESTRICT y) {
-  if (type == TensorType::kQ4_K) {
-    const size_t nsuper = cols / 256;
-    for (size_t g = group_begin; g < group_end; ++g) {
-      PackedQ4_KGroupImpl(data + g * nsuper * kPackedSuperBytes, nsuper, xq, sx, sums, y + 8 * g);
+  const bool k_quant = type == TensorType::kQ4_K;
+  const size_t nblocks = k_quant ? cols / 256 : cols / 32;
+  const size_t group_bytes = nblocks * (k_quant ? kPackedSuperBytes : kPackedBlockBytes);
+  auto run = [&](size_t g, size_t g2, bool pair) HWY_ATTR {
+    const uint8_t* p2 = pair ? data + g2 * group_bytes : nullptr;
+    float* y2 = pair ? y + 8 * g2 : nullptr;
+    if (k_quant) {
+      PackedQ4_KGroupImpl(data + g * group_bytes, p2, nblocks, xq, sx, sums, y + 8 * g, y2);
+    } else {
+      PackedQ4_0GroupImpl(data + g * group_bytes, p2, nblocks, xq, sx, sums, y + 8 * g, y2);
     }
-    return;
-  }
-  const size_t nblocks = cols / 32;
-  for (size_t g = group_begin; g < group_end; ++g) {
-    PackedQ4_0GroupImpl(data + g * nblocks * kPackedBlockBytes, nblocks, xq, sx, sums, y + 8 * g);
-  }
+  };
+  // Pairs (g, g + half): each half of the range is then read front to
+  // back as one stream, and prefetches run on across group boundaries
+  // (pairs of neighbours would leave every second group's start cold).
+  // Measured with gemv_bench on a Zen 3 VM, one thread, 4096x4096 Q4_0:
+  // 75-77% of the four-stream probe one group at a time, 81-89% in pairs.
+  const size_t half = (group_end - group_begin) / 2;
+  for (size_t i = 0; i < half; ++i) run(group_begin + i, group_begin + half + i, true);
+  if ((group_end - group_begin) % 2 == 1) run(group_end - 1, 0, false);
 }
 
 }  // namespace HWY_NAMESPACE
