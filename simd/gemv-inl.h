@@ -243,9 +243,22 @@ HWY_INLINE void BlockScales(DF df, const uint8_t* HWY_RESTRICT blocks,
   const auto offsets = hn::Min(
       hn::Mul(hn::Iota(di32, 0), hn::Set(di32, static_cast<int32_t>(block_bytes))),
       hn::Set(di32, static_cast<int32_t>((count - 1) * block_bytes)));
+#if HWY_TARGET == HWY_AVX2
+  // The scales one by one through a small buffer instead of vpgatherdd:
+  // measured with gemv_bench on an AMD EPYC (Zen 3, AVX2) VM, one thread,
+  // Q8_0 went from 15.3-15.6 to 19.8-20.0 GB/s and Q4_0 from 7.8-8.2 to
+  // 11.2-12.0 (AMD's gathers are microcoded and slow). Building the vector
+  // from registers (_mm_set_epi16) measured far slower.
+  (void)offsets;
+  (void)du16;
+  HWY_ALIGN uint16_t h[16] = {};
+  for (size_t i = 0; i < N; ++i) h[i] = LoadU16(blocks + std::min(i, count - 1) * block_bytes);
+  const auto dw = PromoteHalf(df, hn::Load(df16, reinterpret_cast<const hwy::float16_t*>(h)));
+#else
   const auto raw = hn::GatherOffset(di32, reinterpret_cast<const int32_t*>(blocks), offsets);
   const auto bits = hn::DemoteTo(du16, hn::And(raw, hn::Set(di32, 0xFFFF)));
   const auto dw = PromoteHalf(df, hn::BitCast(df16, bits));
+#endif
   auto s = hn::Mul(dw, hn::LoadU(df, sx));
   if (count < N) s = hn::IfThenElseZero(hn::FirstN(df, count), s);
   hn::Store(s, df, sw);
