@@ -101,34 +101,6 @@ HWY_INLINE hn::Vec<hn::Repartition<int16_t, DU8>> MulAddBytePairs(DU8 du8, hn::V
 #endif
 }
 
-// x with the sign of w applied per byte (0 where w is 0): with |w| as the
-// unsigned operand of MulAddBytePairs, signed weights times signed
-// activations (|w| <= 128 and |x| <= 127: a pair stays below 32767).
-template <class DU8>
-HWY_INLINE hn::Vec<DU8> SignBytes(DU8 du8, hn::Vec<DU8> x, hn::Vec<DU8> w) {
-#ifdef SPARROW_INT8_MADDUBS
-  (void)du8;
-#if HWY_TARGET <= HWY_AVX2
-  return hn::Vec<DU8>{_mm256_sign_epi8(x.raw, w.raw)};
-#else
-  return hn::Vec<DU8>{_mm_sign_epi8(x.raw, w.raw)};
-#endif
-#else
-  const hn::RebindToSigned<DU8> di8;
-  const auto xs = hn::BitCast(di8, x);
-  const auto ws = hn::BitCast(di8, w);
-  const auto negated = hn::Sub(hn::Zero(di8), xs);
-  return hn::BitCast(du8, hn::IfThenElse(hn::Lt(ws, hn::Zero(di8)), negated, xs));
-#endif
-}
-
-// |w| per byte, as unsigned (|-128| = 128).
-template <class DU8>
-HWY_INLINE hn::Vec<DU8> AbsBytes(DU8 du8, hn::Vec<DU8> w) {
-  const hn::RebindToSigned<DU8> di8;
-  return hn::BitCast(du8, hn::Abs(hn::BitCast(di8, w)));
-}
-
 // Lane i of the result (int32) = lanes 2i and 2i+1 of v (int16) summed.
 template <class DI16>
 HWY_INLINE hn::Vec<hn::RepartitionToWide<DI16>> SumInt16Pairs(DI16 di16, hn::Vec<DI16> v) {

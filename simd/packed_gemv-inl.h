@@ -46,7 +46,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 inline constexpr size_t kPackedBlockBytes = 8 * 18;  // one Q4_0 block of 8 rows
 inline constexpr size_t kPackedScaleBytes = 16;      // 8 f16 scales first
 inline constexpr size_t kPackedSuperBytes = 8 * 144;  // one Q4_K super-block of 8 rows
-inline constexpr size_t kPackedQ8Bytes = 8 * 34;      // one Q8_0 block of 8 rows
 // Offsets in a packed Q4_K super-block (packed_gemv.h).
 inline constexpr size_t kPackedKDmin = 16, kPackedKScales = 32, kPackedKMinsLow = 96,
                         kPackedKQs = 128;
@@ -94,35 +93,6 @@ HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
                                     float* HWY_RESTRICT y2) {
   PackedQ4_0OneGroup(p, nblocks, xq, sx, sums, y);
   if (p2 != nullptr) PackedQ4_0OneGroup(p2, nblocks, xq, sx, sums, y2);
-}
-
-HWY_INLINE void PackedQ8_0OneGroup(const uint8_t* HWY_RESTRICT p, size_t nblocks,
-                                   const int8_t* HWY_RESTRICT xq,
-                                   const float* HWY_RESTRICT sx, float* HWY_RESTRICT y) {
-  float acc[8] = {};
-  for (size_t b = 0; b < nblocks; ++b, p += kPackedQ8Bytes) {
-    const int8_t* xb = xq + 32 * b;
-    for (size_t r = 0; r < 8; ++r) {
-      int32_t dot = 0;
-      for (size_t k = 0; k < 8; ++k) {
-        for (size_t j = 0; j < 4; ++j) {
-          dot += static_cast<int8_t>(p[kPackedScaleBytes + 32 * k + 4 * r + j]) * xb[4 * k + j];
-        }
-      }
-      uint16_t h;
-      std::memcpy(&h, p + 2 * r, 2);
-      acc[r] += static_cast<float>(dot) * (HalfBitsToFloat(h) * sx[b]);
-    }
-  }
-  for (size_t r = 0; r < 8; ++r) y[r] = acc[r];
-}
-
-HWY_INLINE void PackedQ8_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
-                                    size_t nblocks, const int8_t* HWY_RESTRICT xq,
-                                    const float* HWY_RESTRICT sx, float* HWY_RESTRICT y,
-                                    float* HWY_RESTRICT y2) {
-  PackedQ8_0OneGroup(p, nblocks, xq, sx, y);
-  if (p2 != nullptr) PackedQ8_0OneGroup(p2, nblocks, xq, sx, y2);
 }
 
 // Row r's sub-block s scale and min from a packed Q4_K super-block.
@@ -267,70 +237,6 @@ HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
   }
 }
 
-// Two vectors' rows of one packed Q8_0 block, sharing the activations (as
-// PackedQ4_0Parts). Signed weights: |w| times x with w's sign; each chunk's
-// int16 pairs are widened at once (two products can reach 32512).
-template <class DU8, class DF>
-HWY_INLINE void PackedQ8_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, size_t part_a,
-                                const uint8_t* HWY_RESTRICT pb, size_t part_b,
-                                const int8_t* HWY_RESTRICT xb, hn::Vec<DF> vsx,
-                                hn::Vec<DF>& acc_a, hn::Vec<DF>& acc_b) {
-  const hn::Repartition<int16_t, DU8> di16;
-  const hn::Repartition<int32_t, DU8> di32;
-  const hn::Rebind<hwy::float16_t, DF> df16;
-  const size_t bytes = hn::Lanes(du8);
-  const uint8_t* qa = pa + kPackedScaleBytes + bytes * part_a;
-  const uint8_t* qb = pb + kPackedScaleBytes + bytes * part_b;
-  auto dot_a = hn::Zero(di32), dot_b = hn::Zero(di32);
-  for (size_t k = 0; k < 8; ++k) {
-    int32_t x4;
-    std::memcpy(&x4, xb + 4 * k, 4);
-    const auto x = hn::BitCast(du8, hn::Set(di32, x4));
-    const auto wa = hn::LoadU(du8, qa + 32 * k);
-    const auto wb = hn::LoadU(du8, qb + 32 * k);
-    dot_a = hn::Add(dot_a, SumInt16Pairs(di16, MulAddBytePairs(du8, AbsBytes(du8, wa), SignBytes(du8, x, wa))));
-    dot_b = hn::Add(dot_b, SumInt16Pairs(di16, MulAddBytePairs(du8, AbsBytes(du8, wb), SignBytes(du8, x, wb))));
-  }
-  const auto scale_a = hn::Mul(
-      PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(pa) + bytes / 4 * part_a)),
-      vsx);
-  const auto scale_b = hn::Mul(
-      PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(pb) + bytes / 4 * part_b)),
-      vsx);
-  acc_a = hn::MulAdd(hn::ConvertTo(df, dot_a), scale_a, acc_a);
-  acc_b = hn::MulAdd(hn::ConvertTo(df, dot_b), scale_b, acc_b);
-}
-
-// Groups at `p` and (nullptr: none) `p2`, as PackedQ4_0GroupImpl.
-HWY_INLINE void PackedQ8_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
-                                    size_t nblocks, const int8_t* HWY_RESTRICT xq,
-                                    const float* HWY_RESTRICT sx, float* HWY_RESTRICT y,
-                                    float* HWY_RESTRICT y2) {
-  const hn::CappedTag<uint8_t, 32> du8;
-  const hn::Repartition<float, decltype(du8)> df;
-  const bool two_parts = hn::Lanes(du8) < 32;
-  if (two_parts && p2 != nullptr) {  // a group fills both halves here
-    PackedQ8_0GroupImpl(p2, nullptr, nblocks, xq, sx, y2, nullptr);
-    p2 = nullptr;
-  }
-  const uint8_t* pb = two_parts ? p : (p2 != nullptr ? p2 : p);
-  const size_t part_b = two_parts ? 1 : 0;
-  auto acc_a = hn::Zero(df), acc_b = hn::Zero(df);
-  for (size_t b = 0; b < nblocks; ++b, p += kPackedQ8Bytes, pb += kPackedQ8Bytes) {
-    for (size_t i = 0; i < kPackedQ8Bytes; i += 64) hwy::Prefetch(p + 2048 + i);
-    if (!two_parts && p2 != nullptr) {
-      for (size_t i = 0; i < kPackedQ8Bytes; i += 64) hwy::Prefetch(pb + 2048 + i);
-    }
-    PackedQ8_0Parts(du8, df, p, 0, pb, part_b, xq + 32 * b, hn::Set(df, sx[b]), acc_a, acc_b);
-  }
-  hn::StoreU(acc_a, df, y);
-  if (two_parts) {
-    hn::StoreU(acc_b, df, y + hn::Lanes(df));
-  } else if (p2 != nullptr) {
-    hn::StoreU(acc_b, df, y2);
-  }
-}
-
 // A vector's rows (all 8, or 4 on 128-bit targets) of one packed Q4_K
 // sub-block pair g, given their int16 dot products for sub-blocks 2g (a16)
 // and 2g + 1 (b16): adds the scaled dots to `acc` and the mins' share to
@@ -442,21 +348,14 @@ HWY_INLINE void PackedGemvImpl(TensorType type, const uint8_t* HWY_RESTRICT data
                                size_t group_end, float* HWY_RESTRICT y) {
   const bool k_quant = type == TensorType::kQ4_K;
   const size_t nblocks = k_quant ? cols / 256 : cols / 32;
-  const size_t block_bytes = k_quant                       ? kPackedSuperBytes
-                             : type == TensorType::kQ8_0 ? kPackedQ8Bytes
-                                                         : kPackedBlockBytes;
-  const size_t group_bytes = nblocks * block_bytes;
+  const size_t group_bytes = nblocks * (k_quant ? kPackedSuperBytes : kPackedBlockBytes);
   auto run = [&](size_t g, size_t g2, bool pair) HWY_ATTR {
-    const uint8_t* p = data + g * group_bytes;
     const uint8_t* p2 = pair ? data + g2 * group_bytes : nullptr;
     float* y2 = pair ? y + 8 * g2 : nullptr;
-    switch (type) {
-      case TensorType::kQ4_K:
-        return PackedQ4_KGroupImpl(p, p2, nblocks, xq, sx, sums, y + 8 * g, y2);
-      case TensorType::kQ8_0:
-        return PackedQ8_0GroupImpl(p, p2, nblocks, xq, sx, y + 8 * g, y2);
-      default:
-        return PackedQ4_0GroupImpl(p, p2, nblocks, xq, sx, sums, y + 8 * g, y2);
+    if (k_quant) {
+      PackedQ4_KGroupImpl(data + g * group_bytes, p2, nblocks, xq, sx, sums, y + 8 * g, y2);
+    } else {
+      PackedQ4_0GroupImpl(data + g * group_bytes, p2, nblocks, xq, sx, sums, y + 8 * g, y2);
     }
   };
   // Pairs (g, g + half): each half of the range is then read front to

@@ -53,20 +53,7 @@ struct BlockShape {
 
 BlockShape ShapeOf(TensorType type) {
   if (type == TensorType::kQ4_K) return {256, sizeof(BlockQ4_K)};
-  if (type == TensorType::kQ8_0) return {32, sizeof(BlockQ8_0)};
   return {32, sizeof(BlockQ4_0)};
-}
-
-void PackQ8_0Block(const uint8_t* const* blocks, uint8_t* out) {
-  for (size_t r = 0; r < kPackedRows; ++r) {
-    std::memcpy(out + 2 * r, blocks[r], 2);
-    for (size_t k = 0; k < 8; ++k) std::memcpy(out + 16 + 32 * k + 4 * r, blocks[r] + 2 + 4 * k, 4);
-  }
-}
-
-void UnpackQ8_0Block(const uint8_t* packed, size_t r, uint8_t* block) {
-  std::memcpy(block, packed + 2 * r, 2);
-  for (size_t k = 0; k < 8; ++k) std::memcpy(block + 2 + 4 * k, packed + 16 + 32 * k + 4 * r, 4);
 }
 
 void PackQ4_0Block(const uint8_t* const* blocks, uint8_t* out) {
@@ -130,7 +117,7 @@ void RequireSupported(TensorType type) {
 }  // namespace
 
 bool PackedGemvSupports(TensorType type) {
-  return type == TensorType::kQ4_0 || type == TensorType::kQ4_K || type == TensorType::kQ8_0;
+  return type == TensorType::kQ4_0 || type == TensorType::kQ4_K;
 }
 
 void PackGroup(TensorType type, const uint8_t* rows, size_t row_bytes, size_t cols,
@@ -143,8 +130,6 @@ void PackGroup(TensorType type, const uint8_t* rows, size_t row_bytes, size_t co
     uint8_t* o = out + b * kPackedRows * shape.bytes;
     if (type == TensorType::kQ4_K) {
       PackQ4_KBlock(blocks, o);
-    } else if (type == TensorType::kQ8_0) {
-      PackQ8_0Block(blocks, o);
     } else {
       PackQ4_0Block(blocks, o);
     }
@@ -158,8 +143,6 @@ void UnpackRow(TensorType type, const uint8_t* group, size_t cols, size_t r, uin
     const uint8_t* packed = group + b * kPackedRows * shape.bytes;
     if (type == TensorType::kQ4_K) {
       UnpackQ4_KBlock(packed, r, row + b * shape.bytes);
-    } else if (type == TensorType::kQ8_0) {
-      UnpackQ8_0Block(packed, r, row + b * shape.bytes);
     } else {
       UnpackQ4_0Block(packed, r, row + b * shape.bytes);
     }

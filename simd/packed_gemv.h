@@ -1,4 +1,4 @@
-// Q4_0, Q4_K and Q8_0 matrices repacked at load for decoding: eight rows
+// Q4_0 and Q4_K matrices repacked at load for decoding: eight rows
 // interleaved so that one step of the kernel multiplies the same four
 // activations into all eight rows, with 8-bit activations.
 //
@@ -13,14 +13,11 @@
 // per-row kernels; gemv_bench's figures are in the README.
 //
 // A packed group of 8 rows takes the bytes of the 8 rows it replaces. Per
-// block (Q4_0: 32 elements, 8 x 18 bytes; Q8_0: 32, 8 x 34; Q4_K: 256
-// elements, 8 x 144), in order:
+// block (Q4_0: 32 elements, 8 x 18 bytes; Q4_K: 256 elements, 8 x 144), in
+// order:
 //   Q4_0: 16 bytes: the rows' f16 scales d, row 0 first;
 //         4 chunks of 32 bytes: chunk k holds at bytes 4r..4r+3 the nibble
 //         bytes qs[4k..4k+3] of row r (byte i: element i low, i + 16 high).
-//   Q8_0: 16 bytes d[8]; 8 chunks of 32 bytes: chunk k holds at 4r..4r+3
-//         row r's qs[4k..4k+3] (signed: on x86 multiplied as |q| times x
-//         with q's sign);
 //   Q4_K: 16 bytes d[8], 16 bytes dmin[8];
 //         64 bytes: at 8s + r, row r's sub-block s scale sc (6 bits) with
 //         the top 2 bits of its min m in bits 6-7;
@@ -45,7 +42,7 @@ namespace sparrow::simd {
 
 inline constexpr size_t kPackedRows = 8;
 
-// Q4_0, Q4_K and Q8_0.
+// Q4_0 and Q4_K.
 bool PackedGemvSupports(TensorType type);
 
 // Packs 8 rows (`row_bytes` apart, `cols` elements each) of a supported
