@@ -42,7 +42,9 @@ ModelWeights BindWeights(const ModelConfig& config,
 // (ops::WantsPacking: Q4_0 and Q4_K on x86) when the fast kernels are in use. The
 // embedding table is left alone (rows are looked up one by one, and the
 // output head shares it when the model ties them). A matrix whose memory
-// cannot be made writable stays as it is.
+// cannot be made writable stays as it is. Call it once per storage: the
+// bytes change in place, so weights bound a second time from the same
+// storage would be packed twice (Model::Open maps or reads its own copy).
 void PackWeightsForDecode(ModelWeights& weights);
 
 }  // namespace sparrow
