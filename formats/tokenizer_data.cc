@@ -24,6 +24,7 @@ namespace {
 
 constexpr const char* kModel = "tokenizer.ggml.model";
 constexpr const char* kPre = "tokenizer.ggml.pre";
+constexpr const char* kChatTemplate = "tokenizer.chat_template";
 constexpr const char* kTokens = "tokenizer.ggml.tokens";
 constexpr const char* kScores = "tokenizer.ggml.scores";
 constexpr const char* kTokenType = "tokenizer.ggml.token_type";
@@ -180,6 +181,7 @@ TokenizerData TokenizerData::FromGguf(const gguf::GgufFile& file) {
   data.add_bos = add_bos.value_or(d.add_bos);
   data.add_eos = add_eos.value_or(d.add_eos);
   data.add_space_prefix = file.GetBool(kAddSpacePrefix).value_or(d.add_space_prefix);
+  data.chat_template = file.GetString(kChatTemplate).value_or("");
   // A default that cannot apply is dropped; a stated one is an error.
   if (data.add_bos && data.bos_id < 0) {
     if (add_bos.has_value()) {
@@ -234,6 +236,7 @@ void TokenizerData::AddToGguf(gguf::GgufWriter& writer) const {
   writer.Add(kAddBos, gguf::Value::Bool(add_bos));
   writer.Add(kAddEos, gguf::Value::Bool(add_eos));
   writer.Add(kAddSpacePrefix, gguf::Value::Bool(add_space_prefix));
+  if (!chat_template.empty()) writer.Add(kChatTemplate, gguf::Value::String(chat_template));
 }
 
 }  // namespace sparrow

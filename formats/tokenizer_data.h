@@ -39,6 +39,9 @@ struct TokenizerData {
   bool add_bos = false;
   bool add_eos = false;
   bool add_space_prefix = false;
+  // tokenizer.chat_template: the Jinja template the model was trained to
+  // chat with, "" if the file has none (src/chat_template.h reads it).
+  std::string chat_template;
 
   // Reads and validates: the model is one we implement, arrays that must be
   // one per token are, special ids are in range. InputError otherwise.

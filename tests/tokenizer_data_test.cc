@@ -225,6 +225,7 @@ void CheckSame(const TokenizerData& a, const TokenizerData& b) {
   CHECK(a.add_bos == b.add_bos);
   CHECK(a.add_eos == b.add_eos);
   CHECK(a.add_space_prefix == b.add_space_prefix);
+  CHECK(a.chat_template == b.chat_template);
 }
 
 TEST_CASE("tokenizer data: AddToGguf then FromGguf gives back the same data") {
@@ -250,6 +251,7 @@ TEST_CASE("tokenizer data: AddToGguf then FromGguf gives back the same data") {
     t.add_bos = true;
     t.add_eos = true;
     t.add_space_prefix = true;
+    t.chat_template = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% endfor %}";
     CheckSame(t, RoundTrip(t));
   }
   SUBCASE("llama with ids cleared that have defaults") {

@@ -246,6 +246,19 @@ TEST_CASE("spm: Llama 2 vocabulary gives Hugging Face's token ids") {
     CHECK(tok->Encode(text, false) == want);
     CHECK(tok->Decode(tok->Encode(text, true)) == text);
   }
+  // A Llama 2 chat prompt with its control tokens parsed is the text
+  // between them tokenized as usual (each part with the space prefix, as
+  // after BOS), with "<s>" and "</s>" as BOS and EOS.
+  {
+    const std::string prompt = "[INST] Hi [/INST] Hello </s><s>[INST] Bye [/INST]";
+    Ids want = tok->Encode("[INST] Hi [/INST] Hello ", true);
+    want.push_back(data.eos_id);
+    want.push_back(data.bos_id);
+    const Ids rest = tok->Encode("[INST] Bye [/INST]", false);
+    want.insert(want.end(), rest.begin(), rest.end());
+    CHECK(tok->Encode(prompt, true, true) == want);
+    CHECK(tok->Encode("[INST]", false) == Ids{518, 25580, 29962});
+  }
   // Wikitext lines (many merges, newlines between) against the naive rule.
   const std::string wiki = ReadFile(SharedPath("corpora/wikitext2_test.txt")).substr(0, 700);
   CHECK(tok->Encode(wiki, false) == NaiveSpm(data).Encode(wiki, true));
@@ -286,9 +299,20 @@ TEST_CASE("spm: hand-built vocabulary: score order, ties, user-defined tokens") 
     CHECK(tok->Encode("ab<tag>c<tag>", false) == Ids{ab, tag, c, tag});
     CHECK(tok->TokenToPiece(tag) == "<tag>");
     CHECK(tok->Decode({ab, tag, c}) == "ab<tag>c");
-    // Control tokens are not.
-    CHECK(tok->Encode("<s>", false) == Ids{IdOf(data, "<0x3C>"), IdOf(data, "<0x73>"),
-                                             IdOf(data, "<0x3E>")});
+    // Control tokens are not, unless special tokens are parsed.
+    const Ids lt_s_gt{IdOf(data, "<0x3C>"), IdOf(data, "<0x73>"), IdOf(data, "<0x3E>")};
+    CHECK(tok->Encode("<s>", false) == lt_s_gt);
+    CHECK(tok->Encode("ab<s>c</s>", false, true) == Ids{ab, data.bos_id, c, data.eos_id});
+    CHECK(tok->Encode("<unk>", false, true) == Ids{data.unk_id});
+    CHECK(tok->Encode("<s><tag>", true, true) == Ids{data.bos_id, data.bos_id, tag});
+    // Segments: each with its own rule, plain text merging across the cut.
+    Ids want{ab, data.bos_id, c};
+    want.insert(want.end(), lt_s_gt.begin(), lt_s_gt.end());
+    CHECK(tok->EncodeSegments({{"a", false}, {"b<s>", true}, {"c<s>", false}}, false) == want);
+    CHECK(tok->EncodeSegments({{"a", true}, {"", false}, {"bc", false}}, false) == Ids{ab, c});
+    CHECK(tok->EncodeSegments({}, true) == Ids{data.bos_id});
+    CHECK(tok->FindToken("<tag>") == tag);
+    CHECK(tok->FindToken("<nope>") == -1);
   }
   data.scores[bc] = -4;  // now "bc" outranks "ab"
   {
@@ -303,6 +327,10 @@ TEST_CASE("spm: hand-built vocabulary: score order, ties, user-defined tokens") 
     CHECK(tok->Encode(" b", false) == Ids{sp, sp, b});
     CHECK(tok->Decode({sp, sp, b}) == " b");
     CHECK(tok->Decode({data.bos_id, sp_a}) == "a");
+    // ... and after a control token when special tokens are parsed.
+    CHECK(tok->Encode("a</s>a", false, true) == Ids{sp_a, data.eos_id, sp_a});
+    CHECK(tok->EncodeSegments({{"</s>", true}, {"a", false}}, false) ==
+          Ids{data.eos_id, sp_a});
   }
 }
 

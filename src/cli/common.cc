@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <random>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -193,6 +195,35 @@ void ReportStats(const cxxopts::ParseResult& args, const LoadedModel& model) {
     model.streamed->stats().PrintSummary(stderr);
   }
   if (args.count("stats-json")) model.streamed->stats().WriteJson(args["stats-json"].as<std::string>());
+}
+
+void AddSamplingOptions(cxxopts::Options& options) {
+  options.add_options()
+      ("temp", "Temperature; 0 = greedy", cxxopts::value<std::string>()->default_value("0.8"))
+      ("top-k", "Keep the k most likely tokens (0: all)", cxxopts::value<int>()->default_value("40"))
+      ("top-p", "Keep the smallest set with this much probability (1: all)",
+       cxxopts::value<std::string>()->default_value("0.95"))
+      ("seed", "Random seed (default: from the clock)", cxxopts::value<uint64_t>());
+}
+
+SamplerParams ParseSamplingOptions(const cxxopts::ParseResult& args) {
+  SamplerParams sp;
+  sp.temperature = static_cast<float>(RealOption(args, "temp"));
+  if (sp.temperature < 0.0f) ThrowInputError("--temp must be 0 or more");
+  sp.top_k = args["top-k"].as<int>();
+  if (sp.top_k < 0) ThrowInputError("--top-k must be 0 (off) or more");
+  sp.top_p = static_cast<float>(RealOption(args, "top-p"));
+  if (!(sp.top_p > 0.0f && sp.top_p <= 1.0f)) ThrowInputError("--top-p must be in (0, 1]");
+  sp.seed = args.count("seed") ? args["seed"].as<uint64_t>()
+                               : static_cast<uint64_t>(std::random_device{}()) ^
+                                     static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return sp;
+}
+
+size_t ParseContextSize(const cxxopts::ParseResult& args) {
+  const int requested = args["ctx-size"].as<int>();
+  if (requested < 0) ThrowInputError("-c must be positive");
+  return static_cast<size_t>(requested);
 }
 
 bool Parse(cxxopts::Options& options, int argc, char** argv,

@@ -10,6 +10,7 @@
 
 #include "src/engine.h"
 #include "src/lora.h"
+#include "src/sampler.h"
 
 namespace sparrow::cli {
 
@@ -36,6 +37,12 @@ std::vector<LoraSpec> ParseLoraOptions(const cxxopts::ParseResult& args);
 // Prints the stream summary (--stats) and writes the per-token JSON
 // (--stats-json) when the model streams; notes on stderr when it does not.
 void ReportStats(const cxxopts::ParseResult& args, const LoadedModel& model);
+
+// --temp, --top-k, --top-p and --seed (default seed: from the clock).
+void AddSamplingOptions(cxxopts::Options& options);
+SamplerParams ParseSamplingOptions(const cxxopts::ParseResult& args);
+// -c/--ctx-size, checked and converted (0: the model's, at most 4096).
+size_t ParseContextSize(const cxxopts::ParseResult& args);
 
 // Parses argv; prints help and returns false when --help was asked for.
 bool Parse(cxxopts::Options& options, int argc, char** argv,

@@ -25,6 +25,7 @@ struct CommandEntry {
 
 constexpr CommandEntry kCommands[] = {
     {"run", sparrow::cli::RunCommand, "generate text from a prompt"},
+    {"chat", sparrow::cli::ChatCommand, "chat with an instruction-tuned model"},
     {"perplexity", sparrow::cli::PerplexityCommand,
      "perplexity of a text file (llama.cpp's method)"},
     {"bench", sparrow::cli::BenchCommand,

@@ -1,8 +1,6 @@
 // sparrow run: streams the prompt and the generated text to stdout, then one
 // line of throughput and peak memory on stderr.
-#include <chrono>
 #include <cstdio>
-#include <random>
 
 #include "base/error.h"
 #include "base/timer.h"
@@ -23,12 +21,8 @@ int RunCommand(int argc, char** argv) {
       ("n,n-predict", "Tokens to generate (-1: until end of text or context)",
        cxxopts::value<int>()->default_value("128"))
       ("c,ctx-size", "Context size in tokens (default: the model's, at most 4096)",
-       cxxopts::value<int>()->default_value("0"))
-      ("temp", "Temperature; 0 = greedy", cxxopts::value<std::string>()->default_value("0.8"))
-      ("top-k", "Keep the k most likely tokens (0: all)", cxxopts::value<int>()->default_value("40"))
-      ("top-p", "Keep the smallest set with this much probability (1: all)",
-       cxxopts::value<std::string>()->default_value("0.95"))
-      ("seed", "Random seed (default: from the clock)", cxxopts::value<uint64_t>());
+       cxxopts::value<int>()->default_value("0"));
+  AddSamplingOptions(options);
   AddEngineOptions(options);
   AddModelOptions(options);
   AddLoraOptions(options);
@@ -45,21 +39,10 @@ int RunCommand(int argc, char** argv) {
   if (args.count("file")) prompt = ReadTextFile(args["file"].as<std::string>());
   const int n_predict = args["n-predict"].as<int>();
   if (n_predict < -1) ThrowInputError("-n must be -1 or more");
-  SamplerParams sp;
-  sp.temperature = static_cast<float>(RealOption(args, "temp"));
-  if (sp.temperature < 0.0f) ThrowInputError("--temp must be 0 or more");
-  sp.top_k = args["top-k"].as<int>();
-  if (sp.top_k < 0) ThrowInputError("--top-k must be 0 (off) or more");
-  sp.top_p = static_cast<float>(RealOption(args, "top-p"));
-  if (!(sp.top_p > 0.0f && sp.top_p <= 1.0f)) ThrowInputError("--top-p must be in (0, 1]");
-  sp.seed = args.count("seed") ? args["seed"].as<uint64_t>()
-                               : static_cast<uint64_t>(std::random_device{}()) ^
-                                     static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-
-  const int requested_ctx = args["ctx-size"].as<int>();
-  if (requested_ctx < 0) ThrowInputError("-c must be positive");
+  const SamplerParams sp = ParseSamplingOptions(args);
+  const size_t requested_ctx = ParseContextSize(args);
   EngineOptions engine = ParseModelOptions(args, model_path);
-  engine.n_ctx = static_cast<size_t>(requested_ctx);
+  engine.n_ctx = requested_ctx;
   const LoadedModel loaded = OpenModel(model_path, engine);
   const Model* model = loaded.model.get();
   const Tokenizer& tok = model->tokenizer();

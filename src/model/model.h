@@ -79,6 +79,9 @@ class Session {
   size_t n_past() const { return n_past_; }
   size_t n_ctx() const { return kv_.n_ctx(); }
   void Reset() { n_past_ = 0; }
+  // Forgets every position from n on (a chat keeps the prefix that a new
+  // prompt shares with what the cache holds, and evaluates only the rest).
+  void Rewind(size_t n) { n_past_ = n < n_past_ ? n : n_past_; }
 
  private:
   void Forward(const int32_t* tokens, size_t n, bool all_logits, float* logits);

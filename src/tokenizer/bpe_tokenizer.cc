@@ -25,7 +25,9 @@ class BpeTokenizer final : public Tokenizer {
  public:
   BpeTokenizer(const TokenizerData& data, PreTokenizerSpec pre);
 
-  std::vector<int32_t> Encode(std::string_view text, bool add_bos) const override;
+  std::vector<int32_t> EncodeSegments(const std::vector<Segment>& segments,
+                                      bool add_bos) const override;
+  int32_t FindToken(std::string_view text) const override { return index_.Find(text); }
   std::string TokenToPiece(int32_t id) const override;
 
  private:
@@ -58,7 +60,7 @@ class BpeTokenizer final : public Tokenizer {
   // after its first byte can never match a pair (llama.cpp reads it as an
   // empty pair), and neither can it match here.
   StringTable ranks_;
-  UserTokenSplitter user_tokens_;
+  SpecialTokenSplitters special_tokens_;
   std::vector<std::string> pieces_;
 };
 
@@ -67,7 +69,7 @@ BpeTokenizer::BpeTokenizer(const TokenizerData& data, PreTokenizerSpec pre)
       pre_(pre),
       index_(data_.tokens),
       ranks_(data_.merges, StringTable::Repeats::kFirstWins),
-      user_tokens_(data_) {
+      special_tokens_(data_) {
   pieces_.reserve(data_.tokens.size());
   for (size_t i = 0; i < data_.tokens.size(); ++i) {
     pieces_.push_back(MakePiece(static_cast<int32_t>(i)));
@@ -112,12 +114,16 @@ std::string BpeTokenizer::TokenToPiece(int32_t id) const {
   return pieces_[id];
 }
 
-std::vector<int32_t> BpeTokenizer::Encode(std::string_view text, bool add_bos) const {
+std::vector<int32_t> BpeTokenizer::EncodeSegments(const std::vector<Segment>& segments,
+                                                   bool add_bos) const {
   std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 2);
+  size_t bytes = 0;
+  for (const Segment& s : segments) bytes += s.text.size();
+  out.reserve(bytes / 3 + 2);
+  std::deque<std::string> joined;
   if (add_bos && data_.bos_id >= 0) out.push_back(data_.bos_id);
   std::string mapped;
-  for (const Fragment& fragment : user_tokens_.Split(text)) {
+  for (const Fragment& fragment : special_tokens_.Split(segments, joined)) {
     if (fragment.token >= 0) {
       out.push_back(fragment.token);
       continue;

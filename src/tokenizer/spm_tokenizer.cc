@@ -25,7 +25,9 @@ class SpmTokenizer final : public Tokenizer {
  public:
   explicit SpmTokenizer(const TokenizerData& data);
 
-  std::vector<int32_t> Encode(std::string_view text, bool add_bos) const override;
+  std::vector<int32_t> EncodeSegments(const std::vector<Segment>& segments,
+                                      bool add_bos) const override;
+  int32_t FindToken(std::string_view text) const override { return index_.Find(text); }
   std::string TokenToPiece(int32_t id) const override;
 
  private:
@@ -57,7 +59,7 @@ class SpmTokenizer final : public Tokenizer {
   std::string MakePiece(int32_t id) const;
 
   TokenIndex index_;
-  UserTokenSplitter user_tokens_;
+  SpecialTokenSplitters special_tokens_;
   std::array<int32_t, 256> byte_tokens_;  // -1 where the vocabulary has none
   // ASCII bytes that no token longer than one byte contains. Such a byte,
   // standing alone as a symbol, never merges with a neighbour, so the text
@@ -88,7 +90,7 @@ int ParseByteToken(std::string_view text) {
 }
 
 SpmTokenizer::SpmTokenizer(const TokenizerData& data)
-    : Tokenizer(data), index_(data_.tokens), user_tokens_(data_) {
+    : Tokenizer(data), index_(data_.tokens), special_tokens_(data_) {
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
@@ -141,13 +143,17 @@ std::string SpmTokenizer::TokenToPiece(int32_t id) const {
   return pieces_[id];
 }
 
-std::vector<int32_t> SpmTokenizer::Encode(std::string_view text, bool add_bos) const {
+std::vector<int32_t> SpmTokenizer::EncodeSegments(const std::vector<Segment>& segments,
+                                                   bool add_bos) const {
   std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 2);
+  size_t bytes = 0;
+  for (const Segment& s : segments) bytes += s.text.size();
+  out.reserve(bytes / 3 + 2);
+  std::deque<std::string> joined;
   if (add_bos && data_.bos_id >= 0) out.push_back(data_.bos_id);
-  // Text at the start or right after a user-defined token gets the prefix.
+  // Text at the start or right after a special token gets the prefix.
   bool after_special = true;
-  for (const Fragment& fragment : user_tokens_.Split(text)) {
+  for (const Fragment& fragment : special_tokens_.Split(segments, joined)) {
     if (fragment.token >= 0) {
       out.push_back(fragment.token);
       after_special = true;

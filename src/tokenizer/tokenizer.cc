@@ -137,12 +137,13 @@ TokenType TypeOf(const TokenizerData& data, int32_t id) {
   return data.types.empty() ? TokenType::kNormal : data.types[id];
 }
 
-UserTokenSplitter::UserTokenSplitter(const TokenizerData& data) {
+SpecialTokenSplitter::SpecialTokenSplitter(const TokenizerData& data, bool with_control) {
   for (size_t i = 0; i < data.tokens.size(); ++i) {
     const auto id = static_cast<int32_t>(i);
-    if (TypeOf(data, id) == TokenType::kUserDefined && !data.tokens[i].empty()) {
-      ids_.push_back(id);
-    }
+    const TokenType type = TypeOf(data, id);
+    const bool special = type == TokenType::kUserDefined ||
+                         (with_control && (type == TokenType::kControl || type == TokenType::kUnknown));
+    if (special && !data.tokens[i].empty()) ids_.push_back(id);
   }
   // llama.cpp sorts by length only; ties keep id order here.
   std::stable_sort(ids_.begin(), ids_.end(), [&](int32_t a, int32_t b) {
@@ -151,7 +152,7 @@ UserTokenSplitter::UserTokenSplitter(const TokenizerData& data) {
   for (int32_t id : ids_) texts_.push_back(data.tokens[id]);
 }
 
-std::vector<Fragment> UserTokenSplitter::Split(std::string_view text) const {
+std::vector<Fragment> SpecialTokenSplitter::Split(std::string_view text) const {
   std::vector<Fragment> fragments;
   if (text.empty()) return fragments;
   fragments.push_back({text, -1});
@@ -176,6 +177,29 @@ std::vector<Fragment> UserTokenSplitter::Split(std::string_view text) const {
     fragments = std::move(next);
   }
   return fragments;
+}
+
+std::vector<Fragment> SpecialTokenSplitters::Split(const std::vector<Tokenizer::Segment>& segments,
+                                                   std::deque<std::string>& storage) const {
+  std::vector<Fragment> out;
+  bool joined = false;  // out.back() is text held in storage.back()
+  for (const Tokenizer::Segment& segment : segments) {
+    for (const Fragment& f : (segment.parse_special ? all_ : user_).Split(segment.text)) {
+      const bool text_after_text = f.token < 0 && !out.empty() && out.back().token < 0;
+      if (!text_after_text) {
+        out.push_back(f);
+        joined = false;
+        continue;
+      }
+      if (!joined) {
+        storage.emplace_back(out.back().text);
+        joined = true;
+      }
+      storage.back() += f.text;
+      out.back().text = storage.back();
+    }
+  }
+  return out;
 }
 
 }  // namespace sparrow

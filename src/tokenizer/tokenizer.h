@@ -24,8 +24,27 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> Create(const TokenizerData& data);
 
   // Tokenizes `text`. add_bos prepends BOS (callers usually pass add_bos()).
-  // Special-token text such as "<s>" is treated as plain text.
-  virtual std::vector<int32_t> Encode(std::string_view text, bool add_bos) const = 0;
+  // User-defined tokens are always recognized in the text. Control tokens
+  // ("<s>", "<|im_start|>") are only with parse_special, for text such as a
+  // chat template's own markup.
+  std::vector<int32_t> Encode(std::string_view text, bool add_bos,
+                              bool parse_special = false) const {
+    return EncodeSegments({Segment{text, parse_special}}, add_bos);
+  }
+
+  // Text made of parts that differ in whether control tokens are parsed: a
+  // chat prompt, where the template's markup may hold "<|im_start|>" but a
+  // user's message must not be able to forge it. The parts are tokenized as
+  // one text (plain text that runs across a boundary merges as usual).
+  struct Segment {
+    std::string_view text;
+    bool parse_special = false;
+  };
+  virtual std::vector<int32_t> EncodeSegments(const std::vector<Segment>& segments,
+                                              bool add_bos) const = 0;
+
+  // The id of the token whose text is exactly `text`, -1 if none.
+  virtual int32_t FindToken(std::string_view text) const = 0;
 
   // The bytes token `id` stands for when printed (byte tokens give their byte,
   // SentencePiece's U+2581 becomes a space, control tokens give ""). Printing

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -52,25 +53,40 @@ class TokenIndex {
 
 TokenType TypeOf(const TokenizerData& data, int32_t id);
 
-// A stretch of input: plain text, or a user-defined token found in it.
+// A stretch of input: plain text, or a special token found in it.
 struct Fragment {
   std::string_view text;
   int32_t token = -1;  // >= 0: this fragment is that token
 };
 
-// Cuts text at the user-defined tokens it contains (tokenizer.ggml.token_type
-// 4), as llama.cpp does even when special tokens are not parsed: the longest
-// tokens first, each at every leftmost non-overlapping occurrence in what is
-// still plain text. Control and unknown tokens ("<s>", "<|eot_id|>") stay
-// plain text.
-class UserTokenSplitter {
+// Cuts text at the special tokens it contains, as llama.cpp does: the
+// longest tokens first, each at every leftmost non-overlapping occurrence in
+// what is still plain text. User-defined tokens (tokenizer.ggml.token_type 4)
+// are always cut out; control and unknown tokens ("<s>", "<|eot_id|>") only
+// by the splitter made with_control (Encode's parse_special).
+class SpecialTokenSplitter {
  public:
-  explicit UserTokenSplitter(const TokenizerData& data);
+  SpecialTokenSplitter(const TokenizerData& data, bool with_control);
   std::vector<Fragment> Split(std::string_view text) const;
 
  private:
   std::vector<int32_t> ids_;  // by length, longest first
   std::vector<std::string> texts_;
+};
+
+// The two splitters a tokenizer keeps, picked per segment.
+class SpecialTokenSplitters {
+ public:
+  explicit SpecialTokenSplitters(const TokenizerData& data)
+      : user_(data, false), all_(data, true) {}
+  // The fragments of all segments in order, each segment split with its own
+  // rule; plain text that continues across segments becomes one fragment
+  // (its bytes kept in `storage`, which must outlive the result).
+  std::vector<Fragment> Split(const std::vector<Tokenizer::Segment>& segments,
+                              std::deque<std::string>& storage) const;
+
+ private:
+  SpecialTokenSplitter user_, all_;
 };
 
 // The constructors validate `data` for their model; InputError on failure.

@@ -225,5 +225,44 @@ head -c $((size / 2)) "$WORK/stories-neuron.sparrow" >"$WORK/truncated.sparrow"
 expect_input_error "truncated bundle" "$SPARROW" run -m "$WORK/truncated.sparrow" -p hi
 expect_input_error "convert over an existing file" "$SPARROW" convert -m "$STORIES" -o "$WORK/stories-neuron.sparrow"
 
+# 9. Chat: the reply to a ChatML-formatted message is what `run` generates
+#    after the same text; /reset starts over; bundles chat like their GGUF.
+chat_prompt=$'<|im_start|>user\nOnce upon a time<|im_end|>\n<|im_start|>assistant\n'
+"$SPARROW" run -m "$STORIES" -p "$chat_prompt" -n 24 --temp 0 >"$WORK/chat-run.out" 2>/dev/null
+printf 'Once upon a time\n' | "$SPARROW" chat -m "$STORIES" -n 24 --temp 0 >"$WORK/chat1.out" 2>"$WORK/chat1.err"
+rc=$?
+if [ $rc -eq 0 ] && [ "$chat_prompt$(cat "$WORK/chat1.out")" = "$(cat "$WORK/chat-run.out")" ] \
+    && grep -q "using chatml" "$WORK/chat1.err"; then
+  pass "chat: the greedy reply equals run's continuation of the ChatML prompt"
+else
+  fail "chat: reply '$(head -c 200 "$WORK/chat1.out")' vs run '$(head -c 300 "$WORK/chat-run.out")' (rc=$rc)"
+fi
+printf 'Once upon a time\n/reset\nOnce upon a time\n/exit\nnever read\n' |
+  "$SPARROW" chat -m "$STORIES" -n 24 --temp 0 >"$WORK/chat2.out" 2>"$WORK/chat2.err"
+if [ "$(cat "$WORK/chat2.out")" = "$(cat "$WORK/chat1.out" "$WORK/chat1.out")" ] \
+    && grep -q '^2 turn(s); prompt: ' "$WORK/chat2.err"; then
+  pass "chat: /reset starts the conversation over, /exit quits"
+else
+  fail "chat: /reset or /exit: $(head -c 300 "$WORK/chat2.out") / $(tail -n 1 "$WORK/chat2.err")"
+fi
+printf 'Hello\nOnce upon a time\n' | "$SPARROW" chat -m "$STORIES" -n 16 --temp 0 >"$WORK/chat-gguf.out" 2>/dev/null
+printf 'Hello\nOnce upon a time\n' | "$SPARROW" chat -m "$WORK/stories-neuron.sparrow" -n 16 --temp 0 \
+  >"$WORK/chat-bundle.out" 2>/dev/null
+if [ -s "$WORK/chat-gguf.out" ] && cmp -s "$WORK/chat-gguf.out" "$WORK/chat-bundle.out"; then
+  pass "chat: a bundle gives the same two-turn conversation as its GGUF"
+else
+  fail "chat: bundle and GGUF conversations differ"
+fi
+expect_input_error "unknown chat template" "$SPARROW" chat -m "$STORIES" --chat-template vicuna
+grep -q "chatml, llama2" "$WORK/bad.err" || fail "the unknown-template error does not list the names"
+# A message too long for the context is refused; the chat goes on.
+printf '%s\nOnce upon a time\n' "$(head -c 3000 "$WORK/ppl.txt" | tr '\n' ' ')" |
+  "$SPARROW" chat -m "$STORIES" -c 128 -n 8 --temp 0 >"$WORK/chat3.out" 2>"$WORK/chat3.err"
+if [ $? -eq 0 ] && grep -q "^error: the message needs" "$WORK/chat3.err" && grep -q '^1 turn(s)' "$WORK/chat3.err"; then
+  pass "chat: a message longer than the context is refused and the chat goes on"
+else
+  fail "chat: long message: $(cat "$WORK/chat3.err" | head -c 300)"
+fi
+
 echo "e2e: $failures failure(s)"
 [ $failures -eq 0 ]

@@ -1,0 +1,89 @@
+#include "src/chat/conversation.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace sparrow {
+namespace {
+
+std::string TokenText(const Tokenizer& tok, int32_t id) {
+  return id >= 0 && id < tok.vocab_size() ? tok.data().tokens[id] : std::string();
+}
+
+std::string Trim(std::string_view s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return std::string();
+  const size_t e = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+}  // namespace
+
+Conversation::Conversation(Generator& generator, const ChatFormat& format, std::string system)
+    : generator_(generator), format_(format) {
+  const Tokenizer& tok = generator_.tokenizer();
+  bos_text_ = TokenText(tok, tok.bos_id());
+  eos_text_ = TokenText(tok, tok.eos_id());
+  // The family's end-of-turn marker ends a reply whether the model writes
+  // it as one token (a control token, which prints as nothing) or as text.
+  const std::string end = ExpandSpecialTexts(format_.end_of_turn, bos_text_, eos_text_);
+  if (!end.empty()) {
+    const int32_t id = tok.FindToken(end);
+    if (id >= 0) end_tokens_.push_back(id);
+    end_strings_.push_back(end);
+  }
+  if (!system.empty()) messages_.push_back({"system", std::move(system)});
+}
+
+void Conversation::Reset() {
+  const bool has_system = !messages_.empty() && messages_.front().role == "system";
+  messages_.resize(has_system ? 1 : 0);
+}
+
+std::vector<int32_t> Conversation::Tokenize(const std::vector<ChatMessage>& messages) const {
+  const Tokenizer& tok = generator_.tokenizer();
+  const std::vector<ChatPart> parts = FormatChat(format_, messages, true, bos_text_, eos_text_);
+  std::vector<Tokenizer::Segment> segments;
+  segments.reserve(parts.size());
+  for (const ChatPart& p : parts) segments.push_back({p.text, p.markup});
+  return tok.EncodeSegments(segments, tok.add_bos());
+}
+
+Conversation::Turn Conversation::Respond(const std::string& user, GenerationRequest request,
+                                         const std::function<bool(std::string_view)>& on_text) {
+  const size_t n_ctx = generator_.n_ctx();
+  const size_t room = request.max_tokens > 0
+                          ? std::min<size_t>(static_cast<size_t>(request.max_tokens), n_ctx / 2)
+                          : n_ctx / 4;
+  std::vector<ChatMessage> messages = messages_;
+  messages.push_back({"user", user});
+  Turn turn;
+  std::vector<int32_t> prompt = Tokenize(messages);
+  // Drop the oldest messages after the system message until the prompt and
+  // the reply's room fit; never the new message itself.
+  const size_t first = !messages.empty() && messages.front().role == "system" ? 1 : 0;
+  while (prompt.size() + room > n_ctx && messages.size() - first > 1) {
+    messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
+    ++turn.dropped_messages;
+    // A turn starts with a user message: drop the assistant reply with it.
+    while (messages.size() - first > 1 && messages[first].role != "user") {
+      messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
+      ++turn.dropped_messages;
+    }
+    prompt = Tokenize(messages);
+  }
+  if (prompt.size() + room > n_ctx) {
+    ThrowInputError("the message needs ", prompt.size(), " tokens of prompt and ", room,
+                    " for the reply, more than the context of ", n_ctx,
+                    " (a shorter message, or a larger -c)");
+  }
+  request.end_tokens.insert(request.end_tokens.end(), end_tokens_.begin(), end_tokens_.end());
+  request.stop.insert(request.stop.end(), end_strings_.begin(), end_strings_.end());
+  turn.result = generator_.Generate(prompt, request, on_text);
+  messages.push_back({"assistant", Trim(turn.result.text)});
+  messages_ = std::move(messages);
+  return turn;
+}
+
+}  // namespace sparrow
