@@ -40,7 +40,7 @@ stage "packages"
 # ones; apt upgrades an amd64 package when its arm64 twin must match a newer
 # version. Header-only packages (cxxopts, doctest) are architecture: all.
 packages=(g++-aarch64-linux-gnu qemu-user pkg-config cmake meson ninja-build
-          libhwy-dev:arm64 libgomp1:arm64 liburing-dev:arm64
+          libhwy-dev:arm64 libgomp1:arm64 liburing-dev:arm64 libcpp-httplib-dev:arm64
           libcxxopts-dev doctest-dev)
 installed() {
   dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"

@@ -1,13 +1,18 @@
 #!/bin/bash
 # Installs the Debian packages Sparrow needs, only those missing.
-#   install_deps.sh build   compiler, Meson/Ninja, Highway, oneDNN, cxxopts, doctest, liburing, nlohmann/json
-#   install_deps.sh test    the above plus clang (fuzzers) and GNU time
+#   install_deps.sh build   compiler, Meson/Ninja, Highway, oneDNN, cxxopts, doctest, liburing,
+#                           nlohmann/json, cpp-httplib
+#   install_deps.sh test    the above plus clang (fuzzers), GNU time, and for the server's
+#                           client tests Chromium and Node.js with npm (Debian's, unless a
+#                           node and npm are already installed)
 set -euo pipefail
 
 packages=(g++ pkg-config cmake meson ninja-build libhwy-dev libdnnl-dev libcxxopts-dev doctest-dev
-          liburing-dev nlohmann-json3-dev ca-certificates)
+          liburing-dev nlohmann-json3-dev libcpp-httplib-dev ca-certificates)
 if [ "${1:-build}" = test ]; then
-  packages+=(clang libclang-rt-14-dev time util-linux)
+  packages+=(clang libclang-rt-14-dev time util-linux chromium)
+  command -v node >/dev/null || packages+=(nodejs)
+  command -v npm >/dev/null || packages+=(npm)
 fi
 
 missing=()

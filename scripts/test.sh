@@ -9,6 +9,9 @@ stage() { echo; echo "=== $1 ($((SECONDS - start)) s elapsed)"; }
 
 stage "dependencies"
 bash scripts/install_deps.sh test
+# The server tests' clients (OpenAI's npm package, puppeteer-core), pinned
+# by tests/server/package-lock.json.
+npm ci --prefix tests/server --no-audit --no-fund
 
 stage "release build and tests"
 bash scripts/build.sh build

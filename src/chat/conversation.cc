@@ -7,10 +7,6 @@
 namespace sparrow {
 namespace {
 
-std::string TokenText(const Tokenizer& tok, int32_t id) {
-  return id >= 0 && id < tok.vocab_size() ? tok.data().tokens[id] : std::string();
-}
-
 std::string Trim(std::string_view s) {
   const size_t b = s.find_first_not_of(" \t\r\n");
   if (b == std::string_view::npos) return std::string();
@@ -21,18 +17,7 @@ std::string Trim(std::string_view s) {
 }  // namespace
 
 Conversation::Conversation(Generator& generator, const ChatFormat& format, std::string system)
-    : generator_(generator), format_(format) {
-  const Tokenizer& tok = generator_.tokenizer();
-  bos_text_ = TokenText(tok, tok.bos_id());
-  eos_text_ = TokenText(tok, tok.eos_id());
-  // The family's end-of-turn marker ends a reply whether the model writes
-  // it as one token (a control token, which prints as nothing) or as text.
-  const std::string end = ExpandSpecialTexts(format_.end_of_turn, bos_text_, eos_text_);
-  if (!end.empty()) {
-    const int32_t id = tok.FindToken(end);
-    if (id >= 0) end_tokens_.push_back(id);
-    end_strings_.push_back(end);
-  }
+    : generator_(generator), prompt_(generator.tokenizer(), format) {
   if (!system.empty()) messages_.push_back({"system", std::move(system)});
 }
 
@@ -42,12 +27,7 @@ void Conversation::Reset() {
 }
 
 std::vector<int32_t> Conversation::Tokenize(const std::vector<ChatMessage>& messages) const {
-  const Tokenizer& tok = generator_.tokenizer();
-  const std::vector<ChatPart> parts = FormatChat(format_, messages, true, bos_text_, eos_text_);
-  std::vector<Tokenizer::Segment> segments;
-  segments.reserve(parts.size());
-  for (const ChatPart& p : parts) segments.push_back({p.text, p.markup});
-  return tok.EncodeSegments(segments, tok.add_bos());
+  return prompt_.Tokenize(messages);
 }
 
 Conversation::Turn Conversation::Respond(const std::string& user, GenerationRequest request,
@@ -78,8 +58,7 @@ Conversation::Turn Conversation::Respond(const std::string& user, GenerationRequ
                     " for the reply, more than the context of ", n_ctx,
                     " (a shorter message, or a larger -c)");
   }
-  request.end_tokens.insert(request.end_tokens.end(), end_tokens_.begin(), end_tokens_.end());
-  request.stop.insert(request.stop.end(), end_strings_.begin(), end_strings_.end());
+  prompt_.AddEndOfTurn(request);
   turn.result = generator_.Generate(prompt, request, on_text);
   messages.push_back({"assistant", Trim(turn.result.text)});
   messages_ = std::move(messages);

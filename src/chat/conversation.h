@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "src/chat/chat_prompt.h"
 #include "src/chat/chat_template.h"
 #include "src/chat/generator.h"
 
@@ -39,10 +40,7 @@ class Conversation {
 
  private:
   Generator& generator_;
-  const ChatFormat& format_;
-  std::string bos_text_, eos_text_;
-  std::vector<int32_t> end_tokens_;
-  std::vector<std::string> end_strings_;
+  ChatPrompt prompt_;
   std::vector<ChatMessage> messages_;
 };
 

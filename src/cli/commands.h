@@ -6,6 +6,7 @@ namespace sparrow::cli {
 
 int RunCommand(int argc, char** argv);
 int ChatCommand(int argc, char** argv);
+int ServeCommand(int argc, char** argv);
 int PerplexityCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
 int SynthCommand(int argc, char** argv);

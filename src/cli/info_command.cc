@@ -13,6 +13,7 @@
 #include "formats/gguf.h"
 #include "formats/lora_adapter.h"
 #include "formats/tokenizer_data.h"
+#include "src/chat/chat_template.h"
 #include "simd/targets.h"
 #include "sparrow_config.h"
 #include "src/cli/commands.h"
@@ -230,6 +231,11 @@ int InfoCommand(int argc, char** argv) {
     std::printf("\ntokenizer: %s (pre: %s), %zu tokens, %zu merges, bos %d, eos %d, add_bos %s\n",
                 tok.model.c_str(), tok.pre.empty() ? "-" : tok.pre.c_str(), tok.tokens.size(),
                 tok.merges.size(), tok.bos_id, tok.eos_id, tok.add_bos ? "yes" : "no");
+    const ChatFormat* chat = DetectChatFormat(tok.chat_template);
+    std::printf("chat template: %s\n",
+                tok.chat_template.empty() ? "none (chat and serve use chatml)"
+                : chat != nullptr ? StrCat(chat->name, " (recognized in tokenizer.chat_template)").c_str()
+                                  : "not recognized (choose one with --chat-template)");
   } else {
     std::printf("\ntokenizer: none\n");
   }

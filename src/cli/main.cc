@@ -26,6 +26,7 @@ struct CommandEntry {
 constexpr CommandEntry kCommands[] = {
     {"run", sparrow::cli::RunCommand, "generate text from a prompt"},
     {"chat", sparrow::cli::ChatCommand, "chat with an instruction-tuned model"},
+    {"serve", sparrow::cli::ServeCommand, "serve a model over an OpenAI-compatible HTTP API"},
     {"perplexity", sparrow::cli::PerplexityCommand,
      "perplexity of a text file (llama.cpp's method)"},
     {"bench", sparrow::cli::BenchCommand,

@@ -1,0 +1,231 @@
+#include "src/server/openai_api.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "base/error.h"
+
+namespace sparrow::server {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void Bad(std::string_view field, std::string_view what) {
+  ThrowInputError("'", field, "' ", what);
+}
+
+// A number field in [lo, hi]; absent or null: `fallback`.
+double Number(const json& body, const char* field, double fallback, double lo, double hi) {
+  const auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return fallback;
+  if (!it->is_number()) Bad(field, "must be a number");
+  const double v = it->get<double>();
+  if (!(v >= lo && v <= hi)) {
+    char range[96];
+    std::snprintf(range, sizeof(range), "must be between %g and %g", lo, hi);
+    Bad(field, range);
+  }
+  return v;
+}
+
+int64_t Integer(const json& body, const char* field, int64_t fallback, int64_t lo, int64_t hi) {
+  const auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer() && !it->is_number_unsigned()) Bad(field, "must be an integer");
+  if (it->is_number_unsigned() &&
+      it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    Bad(field, "is too large");
+  }
+  const int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi) Bad(field, "is out of range");
+  return v;
+}
+
+bool Boolean(const json& body, const char* field) {
+  const auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return false;
+  if (!it->is_boolean()) Bad(field, "must be true or false");
+  return it->get<bool>();
+}
+
+// A message's content: a string, or a list of {"type": "text", "text": ...}
+// parts (joined); null for an assistant message without text.
+std::string Content(const json& content, size_t index) {
+  const std::string field = "messages[" + std::to_string(index) + "].content";
+  if (content.is_null()) return std::string();
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) Bad(field, "must be a string or a list of text parts");
+  std::string text;
+  for (const json& part : content) {
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
+      Bad(field, "may only hold parts of type 'text' (this model reads text only)");
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::vector<ChatMessage> Messages(const json& body) {
+  const auto it = body.find("messages");
+  if (it == body.end()) Bad("messages", "is required");
+  if (!it->is_array() || it->empty()) Bad("messages", "must be a non-empty list");
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string field = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) Bad(field, "must be an object");
+    const auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) Bad(field + ".role", "must be a string");
+    std::string r = role->get<std::string>();
+    if (r == "developer") r = "system";  // OpenAI's newer name for it
+    if (r != "system" && r != "user" && r != "assistant") {
+      Bad(field + ".role", "must be 'system', 'user' or 'assistant'");
+    }
+    const auto content = m.find("content");
+    if (content == m.end()) Bad(field + ".content", "is required");
+    messages.push_back({r, Content(*content, i)});
+  }
+  return messages;
+}
+
+std::vector<std::string> Stops(const json& body) {
+  const auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return {};
+  if (it->is_string()) return {it->get<std::string>()};
+  if (!it->is_array() || it->size() > 4) Bad("stop", "must be a string or a list of up to 4 strings");
+  std::vector<std::string> stops;
+  for (const json& s : *it) {
+    if (!s.is_string()) Bad("stop", "must be a string or a list of up to 4 strings");
+    stops.push_back(s.get<std::string>());
+  }
+  return stops;
+}
+
+}  // namespace
+
+CompletionRequest ParseCompletionRequest(std::string_view body_text, bool chat,
+                                         const RequestDefaults& defaults, uint64_t seed_source) {
+  const json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) ThrowInputError("the request body is not valid JSON");
+  if (!body.is_object()) ThrowInputError("the request body must be a JSON object");
+  CompletionRequest r;
+  r.chat = chat;
+  if (chat) {
+    r.messages = Messages(body);
+  } else {
+    const auto it = body.find("prompt");
+    if (it == body.end()) Bad("prompt", "is required");
+    if (it->is_string()) {
+      r.prompt = it->get<std::string>();
+    } else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
+      r.prompt = (*it)[0].get<std::string>();
+    } else {
+      Bad("prompt", "must be a string (one prompt per request)");
+    }
+  }
+  if (Integer(body, "n", 1, 1, 1) != 1) Bad("n", "must be 1");
+  r.stream = Boolean(body, "stream");
+  if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
+    if (!so->is_object()) Bad("stream_options", "must be an object");
+    r.include_usage = Boolean(*so, "include_usage");
+  }
+  GenerationRequest& g = r.generation;
+  g.sampling = defaults.sampling;
+  g.sampling.temperature =
+      static_cast<float>(Number(body, "temperature", defaults.sampling.temperature, 0.0, 2.0));
+  g.sampling.top_p = static_cast<float>(Number(body, "top_p", defaults.sampling.top_p, 0.0, 1.0));
+  if (!(g.sampling.top_p > 0.0f)) Bad("top_p", "must be more than 0");
+  g.sampling.top_k = static_cast<int>(Integer(body, "top_k", defaults.sampling.top_k, 0, 1 << 30));
+  g.sampling.seed = static_cast<uint64_t>(Integer(body, "seed", static_cast<int64_t>(seed_source >> 1),
+                                                  std::numeric_limits<int64_t>::min(),
+                                                  std::numeric_limits<int64_t>::max()));
+  const int fallback = chat ? defaults.max_tokens_chat : defaults.max_tokens_completion;
+  const char* tokens_field = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  g.max_tokens = static_cast<int>(Integer(body, tokens_field, fallback, 1, 1 << 30));
+  g.stop = Stops(body);
+  return r;
+}
+
+std::string NewCompletionId(bool chat) {
+  static std::atomic<uint64_t> counter{0};
+  char id[64];
+  std::snprintf(id, sizeof(id), "%s-%llx", chat ? "chatcmpl" : "cmpl",
+                static_cast<unsigned long long>(++counter));
+  return id;
+}
+
+json Usage(const CompletionOutcome& o) {
+  return {{"prompt_tokens", o.prompt_tokens},
+          {"completion_tokens", o.completion_tokens},
+          {"total_tokens", o.prompt_tokens + o.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
+}
+
+json Timings(const CompletionOutcome& o) {
+  const size_t evaluated = o.prompt_tokens - o.cached_tokens;
+  return {{"prompt_n", evaluated},
+          {"cache_n", o.cached_tokens},
+          {"prompt_ms", o.prompt_ms},
+          {"prompt_per_second", o.prompt_ms > 0 ? evaluated * 1000.0 / o.prompt_ms : 0.0},
+          {"predicted_n", o.completion_tokens},
+          {"predicted_ms", o.generation_ms},
+          {"predicted_per_second",
+           o.generation_ms > 0 ? o.completion_tokens * 1000.0 / o.generation_ms : 0.0}};
+}
+
+json CompletionResponse(const CompletionRequest& request, const std::string& id,
+                        const std::string& model, int64_t created, const CompletionOutcome& o) {
+  json choice = {{"index", 0}, {"finish_reason", o.finish_reason}};
+  if (request.chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", o.text}};
+  } else {
+    choice["text"] = o.text;
+    choice["logprobs"] = nullptr;
+  }
+  return {{"id", id},
+          {"object", request.chat ? "chat.completion" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({choice})},
+          {"usage", Usage(o)},
+          {"timings", Timings(o)}};
+}
+
+json StreamChunk(const CompletionRequest& request, const std::string& id, const std::string& model,
+                 int64_t created, std::string_view text, bool first, const char* finish_reason) {
+  json choice = {{"index", 0}};
+  choice["finish_reason"] = finish_reason == nullptr ? json(nullptr) : json(finish_reason);
+  if (request.chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || (first && finish_reason == nullptr)) delta["content"] = std::string(text);
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = std::string(text);
+    choice["logprobs"] = nullptr;
+  }
+  return {{"id", id},
+          {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({choice})}};
+}
+
+json ErrorBody(std::string_view message, std::string_view type, std::string_view code) {
+  return {{"error",
+           {{"message", std::string(message)},
+            {"type", std::string(type)},
+            {"param", nullptr},
+            {"code", code.empty() ? json(nullptr) : json(std::string(code))}}}};
+}
+
+std::string DumpJson(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ServerSentEvent(const json& data) { return "data: " + DumpJson(data) + "\n\n"; }
+
+}  // namespace sparrow::server

@@ -1,0 +1,154 @@
+// The OpenAI request rules (src/server/openai_api.h): what each endpoint
+// accepts, the errors that name the field, and the shapes of responses.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "base/error.h"
+#include "src/server/openai_api.h"
+
+namespace sparrow::server {
+namespace {
+
+using nlohmann::json;
+
+RequestDefaults Defaults() {
+  RequestDefaults d;
+  d.sampling.temperature = 0.8f;
+  d.sampling.top_k = 40;
+  d.sampling.top_p = 0.95f;
+  return d;
+}
+
+CompletionRequest Chat(const std::string& body) {
+  return ParseCompletionRequest(body, true, Defaults(), 42);
+}
+CompletionRequest Plain(const std::string& body) {
+  return ParseCompletionRequest(body, false, Defaults(), 42);
+}
+
+std::string ErrorOf(const std::string& body, bool chat) {
+  try {
+    ParseCompletionRequest(body, chat, Defaults(), 1);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_CASE("openai api: chat requests") {
+  const CompletionRequest r = Chat(R"({"model": "x", "messages": [
+      {"role": "developer", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+      {"role": "assistant", "content": null}],
+      "temperature": 0, "top_p": 0.5, "top_k": 3, "seed": 7, "max_tokens": 12,
+      "stop": ["\n", "END"], "stream": true, "stream_options": {"include_usage": true},
+      "frequency_penalty": 0, "user": "ignored"})");
+  CHECK(r.chat);
+  REQUIRE(r.messages.size() == 3);
+  CHECK(r.messages[0].role == "system");
+  CHECK(r.messages[1].content == "Hi there");
+  CHECK(r.messages[2].content.empty());
+  CHECK(r.generation.sampling.temperature == 0.0f);
+  CHECK(r.generation.sampling.top_p == 0.5f);
+  CHECK(r.generation.sampling.top_k == 3);
+  CHECK(r.generation.sampling.seed == 7);
+  CHECK(r.generation.max_tokens == 12);
+  CHECK(r.generation.stop == std::vector<std::string>{"\n", "END"});
+  CHECK(r.stream);
+  CHECK(r.include_usage);
+
+  const CompletionRequest d = Chat(R"({"messages": [{"role": "user", "content": "x"}]})");
+  CHECK(d.generation.sampling.temperature == 0.8f);
+  CHECK(d.generation.max_tokens == -1);
+  CHECK(d.generation.sampling.seed == 21);  // from the seed source
+  CHECK_FALSE(d.stream);
+  CHECK(Chat(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5})")
+            .generation.max_tokens == 5);
+}
+
+TEST_CASE("openai api: completion requests") {
+  const CompletionRequest r = Plain(R"({"prompt": "Once", "stop": "x"})");
+  CHECK_FALSE(r.chat);
+  CHECK(r.prompt == "Once");
+  CHECK(r.generation.max_tokens == 16);
+  CHECK(r.generation.stop == std::vector<std::string>{"x"});
+  CHECK(Plain(R"({"prompt": ["one"]})").prompt == "one");
+}
+
+TEST_CASE("openai api: bad requests name what is wrong") {
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+  const std::vector<std::pair<std::string, std::string>> chat_cases = {
+      {"", "not valid JSON"},
+      {"{", "not valid JSON"},
+      {"[]", "must be a JSON object"},
+      {"{}", "'messages' is required"},
+      {R"({"messages": []})", "'messages' must be a non-empty list"},
+      {R"({"messages": [3]})", "'messages[0]' must be an object"},
+      {R"({"messages": [{"content": "x"}]})", "'messages[0].role' must be a string"},
+      {R"({"messages": [{"role": "tool", "content": "x"}]})", "must be 'system', 'user' or 'assistant'"},
+      {R"({"messages": [{"role": "user"}]})", "'messages[0].content' is required"},
+      {R"({"messages": [{"role": "user", "content": 5}]})", "must be a string or a list of text parts"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "parts of type 'text'"},
+      {"{" + m + R"(, "temperature": "hot"})", "'temperature' must be a number"},
+      {"{" + m + R"(, "temperature": 3})", "'temperature' must be between 0 and 2"},
+      {"{" + m + R"(, "top_p": 0})", "'top_p' must be more than 0"},
+      {"{" + m + R"(, "top_k": -1})", "'top_k' is out of range"},
+      {"{" + m + R"(, "max_tokens": 0})", "'max_tokens' is out of range"},
+      {"{" + m + R"(, "max_tokens": 1.5})", "'max_tokens' must be an integer"},
+      {"{" + m + R"(, "max_tokens": 18446744073709551615})", "'max_tokens' is too large"},
+      {"{" + m + R"(, "n": 2})", "'n' is out of range"},
+      {"{" + m + R"(, "stream": "yes"})", "'stream' must be true or false"},
+      {"{" + m + R"(, "stop": [1]})", "'stop' must be a string or a list of up to 4 strings"},
+      {"{" + m + R"(, "stop": ["a","b","c","d","e"]})", "up to 4 strings"},
+      {"{" + m + R"(, "stream_options": 1})", "'stream_options' must be an object"},
+  };
+  for (const auto& [body, want] : chat_cases) {
+    CAPTURE(body);
+    CHECK(ErrorOf(body, true).find(want) != std::string::npos);
+  }
+  CHECK(ErrorOf("{}", false).find("'prompt' is required") != std::string::npos);
+  CHECK(ErrorOf(R"({"prompt": ["a", "b"]})", false).find("one prompt per request") != std::string::npos);
+  CHECK(ErrorOf(R"({"prompt": 1})", false).find("'prompt' must be a string") != std::string::npos);
+}
+
+TEST_CASE("openai api: responses, chunks and errors") {
+  const CompletionRequest chat = Chat(R"({"messages": [{"role": "user", "content": "x"}]})");
+  CompletionOutcome o;
+  o.text = "Hello";
+  o.finish_reason = "length";
+  o.prompt_tokens = 10;
+  o.cached_tokens = 4;
+  o.completion_tokens = 3;
+  const json r = CompletionResponse(chat, "chatcmpl-1", "m", 5, o);
+  CHECK(r["object"] == "chat.completion");
+  CHECK(r["choices"][0]["message"]["content"] == "Hello");
+  CHECK(r["choices"][0]["finish_reason"] == "length");
+  CHECK(r["usage"]["total_tokens"] == 13);
+  CHECK(r["usage"]["prompt_tokens_details"]["cached_tokens"] == 4);
+  CHECK(r["timings"]["prompt_n"] == 6);
+
+  const json first = StreamChunk(chat, "id", "m", 5, "He", true, nullptr);
+  CHECK(first["choices"][0]["delta"]["role"] == "assistant");
+  CHECK(first["choices"][0]["delta"]["content"] == "He");
+  CHECK(first["choices"][0]["finish_reason"].is_null());
+  const json last = StreamChunk(chat, "id", "m", 5, "", false, "stop");
+  CHECK(last["choices"][0]["delta"].empty());
+  CHECK(last["choices"][0]["finish_reason"] == "stop");
+
+  const CompletionRequest plain = Plain(R"({"prompt": "x"})");
+  CHECK(CompletionResponse(plain, "cmpl-1", "m", 5, o)["choices"][0]["text"] == "Hello");
+  CHECK(StreamChunk(plain, "id", "m", 5, "lo", false, nullptr)["object"] == "text_completion");
+
+  const json e = ErrorBody("bad", "invalid_request_error");
+  CHECK(e["error"]["message"] == "bad");
+  CHECK(e["error"]["code"].is_null());
+  CHECK(ServerSentEvent(json{{"a", 1}}) == "data: {\"a\":1}\n\n");
+  // Invalid UTF-8 (a token cut inside a character) still makes valid JSON.
+  CHECK(DumpJson(json("a\xC3")) == "\"a\xEF\xBF\xBD\"");
+  CHECK(NewCompletionId(true).rfind("chatcmpl-", 0) == 0);
+  CHECK(NewCompletionId(false) != NewCompletionId(false));
+}
+
+}  // namespace
+}  // namespace sparrow::server
