@@ -27,21 +27,76 @@ function checkAnswer(r, what) {
   if (r.status !== 200) assert.ok(JSON.parse(r.text).error.message, `${what}: no error object`);
 }
 
-test("64 concurrent clients all get an answer", async () => {
+// One streamed request: its status, and the time to the first event that
+// carries text (queue wait and prompt included) and to the end.
+async function streamed(path, body) {
+  const started = performance.now();
+  const response = await fetch(url + path, {
+    method: "POST", headers: { "Content-Type": "application/json", ...auth }, body: JSON.stringify(body),
+  });
+  const result = { status: response.status, retryAfter: response.headers.get("retry-after"), text: "" };
+  if (response.status !== 200) {
+    result.text = await response.text();
+    return result;
+  }
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      if (!event.startsWith("data: {")) continue;  // heartbeats, [DONE]
+      const choice = JSON.parse(event.slice(6)).choices[0];
+      const piece = choice ? (choice.text ?? choice.delta?.content ?? "") : "";
+      if (piece && result.firstToken === undefined) result.firstToken = performance.now() - started;
+    }
+  }
+  result.total = performance.now() - started;
+  return result;
+}
+
+const percentile = (values, p) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor(p / 100 * sorted.length))];
+};
+
+async function rssKiB() {
+  const { readFileSync } = await import("node:fs");
+  const status = readFileSync(`/proc/${process.env.SPARROW_PID}/status`, "utf8");
+  return Number(/VmRSS:\s+(\d+)/.exec(status)[1]);
+}
+
+test("64 concurrent streaming clients all get an answer", async () => {
+  const rssBefore = await rssKiB();
+  const started = performance.now();
   const requests = [];
   for (let i = 0; i < 64; i++) {
-    const body = JSON.stringify(i % 2
-      ? { messages: [{ role: "user", content: `Story ${i}` }], max_tokens: 16, stream: i % 4 === 1 }
-      : { prompt: `Once upon a time ${i}`, max_tokens: 16 });
-    requests.push(post(i % 2 ? "/v1/chat/completions" : "/v1/completions", body));
+    requests.push(i % 2
+      ? streamed("/v1/chat/completions", { messages: [{ role: "user", content: `Story ${i}` }], max_tokens: 32, stream: true })
+      : streamed("/v1/completions", { prompt: `Once upon a time ${i}`, max_tokens: 32, stream: true }));
   }
   const answers = await Promise.all(requests);
+  const seconds = (performance.now() - started) / 1000;
   answers.forEach((r, i) => checkAnswer(r, `client ${i}`));
-  const ok = answers.filter((r) => r.status === 200).length;
-  const busy = answers.filter((r) => r.status === 503).length;
-  assert.equal(ok + busy, 64);
-  assert.ok(ok >= 5, `only ${ok} served`);
-  console.log(`64 clients: ${ok} served, ${busy} told to retry`);
+  const served = answers.filter((r) => r.status === 200);
+  const statuses = {};
+  for (const r of answers) statuses[r.status] = (statuses[r.status] || 0) + 1;
+  assert.equal(served.length + (statuses[503] || 0), 64);
+  assert.ok(served.length >= 5, `only ${served.length} served`);
+  served.forEach((r, i) => assert.ok(r.firstToken !== undefined, `served request ${i} streamed no text`));
+  const ttft = served.map((r) => r.firstToken);
+  const rssAfter = await rssKiB();
+  console.log(`load: 64 clients in ${seconds.toFixed(2)} s: ${(served.length / seconds).toFixed(1)} served/s; ` +
+              `statuses ${JSON.stringify(statuses)}; time to first token p50 ${percentile(ttft, 50).toFixed(1)} ms, ` +
+              `p99 ${percentile(ttft, 99).toFixed(1)} ms; server RSS ${(rssBefore / 1024).toFixed(1)} -> ` +
+              `${(rssAfter / 1024).toFixed(1)} MiB (budget ${process.env.SPARROW_BUDGET_MIB} MiB)`);
+  assert.ok(rssAfter <= Number(process.env.SPARROW_BUDGET_MIB) * 1024 * 1.05,
+            `server RSS ${rssAfter} KiB is over the budget`);
 });
 
 function randomBody() {
@@ -75,7 +130,7 @@ test("a few hundred random and malformed bodies", async () => {
     }
     await Promise.all(batch);
   }
-  console.log("statuses:", JSON.stringify(counts));
+  console.log("load: 300 random or malformed bodies, statuses:", JSON.stringify(counts));
   assert.ok(counts[400] > 100);
 });
 
@@ -106,5 +161,5 @@ test("clients that leave mid-reply stop their generation", async () => {
   const after = await health();
   assert.equal(after.status, "ok");
   assert.ok(after.requests_cancelled > before, `no generation was stopped: ${JSON.stringify(after)}`);
-  console.log("after the aborts:", JSON.stringify(after));
+  console.log("load: after 5 clients left mid-reply:", JSON.stringify(after), "RSS", (await rssKiB() / 1024).toFixed(1), "MiB");
 });
