@@ -2,8 +2,8 @@
 # Builds the libFuzzer targets with clang + ASan + UBSan in build-fuzz/ and
 # runs each for N seconds (default 60): the GGUF reader fuzzer, the bundle
 # reader fuzzer, the safetensors and LoRA adapter fuzzers (--lora), the
-# trace reader fuzzer (sparrow simulate) and the calibration trailer fuzzer
-# (sparrow calibrate) always, the tokenizer fuzzer once its source is
+# trace reader fuzzer (sparrow simulate), the calibration trailer fuzzer
+# (sparrow calibrate) and the server's request fuzzer always, the tokenizer fuzzer once its source is
 # written. Exits non-zero if a fuzzer finds a crash, leak, timeout or
 # sanitizer report; the reproducer is left in build-fuzz/artifacts/.
 #
@@ -63,16 +63,16 @@ else
   log "tests/fuzz/tokenizer_fuzzer.cc is still a placeholder: skipping it"
 fi
 TARGETS+=(tests/fuzz/bundle_fuzzer tests/fuzz/safetensors_fuzzer tests/fuzz/lora_adapter_fuzzer
-         tests/fuzz/trace_fuzzer tests/fuzz/calibration_fuzzer)
+         tests/fuzz/trace_fuzzer tests/fuzz/calibration_fuzzer tests/fuzz/server_request_fuzzer)
 # sparrow itself writes the bundle seeds.
 ninja -C "$BUILD" "${TARGETS[@]}" sparrow
 
 SEEDS="$BUILD/seeds"
-mkdir -p "$SEEDS/gguf" "$SEEDS/tokenizer" "$SEEDS/trace" "$SEEDS/calibration" \
+mkdir -p "$SEEDS/gguf" "$SEEDS/tokenizer" "$SEEDS/trace" "$SEEDS/calibration" "$SEEDS/server_request" \
          "$SEEDS/bundle" "$SEEDS/safetensors" "$SEEDS/lora_adapter" \
          "$BUILD/corpus/gguf" "$BUILD/corpus/tokenizer" "$BUILD/corpus/trace" \
          "$BUILD/corpus/calibration" "$BUILD/corpus/bundle" "$BUILD/corpus/safetensors" \
-         "$BUILD/corpus/lora_adapter" "$BUILD/artifacts"
+         "$BUILD/corpus/lora_adapter" "$BUILD/corpus/server_request" "$BUILD/artifacts"
 
 # Seeds for the safetensors and adapter fuzzers: the PEFT fixture's
 # weights; the GGUF adapter fixture and the PEFT config behind the adapter
@@ -271,6 +271,13 @@ for name, entries in seeds.items():
         f.write(trailer(entries))
 PY
 
+# Seeds for the server request fuzzer: one byte for the endpoint (even:
+# chat, odd: completions), then a body using every field.
+printf '\x00{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":[{"type":"text","text":"Hi"}]},{"role":"assistant","content":null}],"max_tokens":8,"temperature":0.5,"top_p":0.9,"top_k":4,"seed":1,"stop":["a","b"],"stream":true,"stream_options":{"include_usage":true},"n":1}' \
+  >"$SEEDS/server_request/chat.bin"
+printf '\x01{"prompt":"Once upon a time","max_tokens":16,"stop":"x","max_completion_tokens":3}' \
+  >"$SEEDS/server_request/completion.bin"
+
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 
@@ -305,6 +312,9 @@ run trace_fuzzer 65536 &
 pids+=($!)
 names+=(calibration_fuzzer)
 run calibration_fuzzer 16384 &
+pids+=($!)
+names+=(server_request_fuzzer)
+run server_request_fuzzer 8192 &
 pids+=($!)
 log "running ${names[*]} for ${SECONDS_PER_FUZZER}s each, in parallel"
 status=0
