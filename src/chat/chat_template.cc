@@ -257,6 +257,17 @@ std::vector<ChatPart> FormatChat(const ChatFormat& format,
   const bool merges_system = format.system_prefix.empty() && format.system_suffix.empty();
   std::vector<const std::string*> pending_system;  // for families without a system role
   bool first_user = true;
+  // A user turn's prefix, then the system text waiting for it.
+  const auto open_user_turn = [&] {
+    markup(first_user ? format.first_user_prefix : format.user_prefix);
+    first_user = false;
+    for (const std::string* system : pending_system) {
+      markup(format.merged_system_prefix);
+      content(*system);
+      markup(format.merged_system_suffix);
+    }
+    pending_system.clear();
+  };
   for (const ChatMessage& m : messages) {
     if (m.role == "system") {
       if (merges_system) {
@@ -267,14 +278,7 @@ std::vector<ChatPart> FormatChat(const ChatFormat& format,
         markup(format.system_suffix);
       }
     } else if (m.role == "user") {
-      markup(first_user ? format.first_user_prefix : format.user_prefix);
-      first_user = false;
-      for (const std::string* system : pending_system) {
-        markup(format.merged_system_prefix);
-        content(*system);
-        markup(format.merged_system_suffix);
-      }
-      pending_system.clear();
+      open_user_turn();
       content(m.content);
       markup(format.user_suffix);
     } else if (m.role == "assistant") {
@@ -287,12 +291,7 @@ std::vector<ChatPart> FormatChat(const ChatFormat& format,
   }
   // System text with no user message after it still reaches the model.
   if (!pending_system.empty()) {
-    markup(first_user ? format.first_user_prefix : format.user_prefix);
-    for (const std::string* system : pending_system) {
-      markup(format.merged_system_prefix);
-      content(*system);
-      markup(format.merged_system_suffix);
-    }
+    open_user_turn();
     markup(format.user_suffix);
   }
   if (add_generation_prompt) markup(format.generation_prompt);

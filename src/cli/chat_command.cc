@@ -53,9 +53,8 @@ int ChatCommand(int argc, char** argv) {
       ("chat-template", "Chat template family (default: the model's; " + ChatFormatNames() + ")",
        cxxopts::value<std::string>()->default_value(""))
       ("n,n-predict", "Most tokens per reply (-1: until the end of the turn)",
-       cxxopts::value<int>()->default_value("-1"))
-      ("c,ctx-size", "Context size in tokens (default: the model's, at most 4096)",
-       cxxopts::value<int>()->default_value("0"));
+       cxxopts::value<int>()->default_value("-1"));
+  AddContextOption(options);
   AddSamplingOptions(options);
   AddEngineOptions(options);
   AddModelOptions(options);

@@ -220,6 +220,11 @@ SamplerParams ParseSamplingOptions(const cxxopts::ParseResult& args) {
   return sp;
 }
 
+void AddContextOption(cxxopts::Options& options) {
+  options.add_options()("c,ctx-size", "Context size in tokens (default: the model's, at most 4096)",
+                        cxxopts::value<int>()->default_value("0"));
+}
+
 size_t ParseContextSize(const cxxopts::ParseResult& args) {
   const int requested = args["ctx-size"].as<int>();
   if (requested < 0) ThrowInputError("-c must be positive");

@@ -41,7 +41,10 @@ void ReportStats(const cxxopts::ParseResult& args, const LoadedModel& model);
 // --temp, --top-k, --top-p and --seed (default seed: from the clock).
 void AddSamplingOptions(cxxopts::Options& options);
 SamplerParams ParseSamplingOptions(const cxxopts::ParseResult& args);
-// -c/--ctx-size, checked and converted (0: the model's, at most 4096).
+// -c/--ctx-size for commands that run a conversation or a prompt (run,
+// chat, serve), and its value checked and converted (0: the model's, at
+// most 4096).
+void AddContextOption(cxxopts::Options& options);
 size_t ParseContextSize(const cxxopts::ParseResult& args);
 
 // Parses argv; prints help and returns false when --help was asked for.

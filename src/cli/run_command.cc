@@ -19,9 +19,8 @@ int RunCommand(int argc, char** argv) {
       ("p,prompt", "Prompt text", cxxopts::value<std::string>()->default_value(""))
       ("f,file", "Read the prompt from this file", cxxopts::value<std::string>())
       ("n,n-predict", "Tokens to generate (-1: until end of text or context)",
-       cxxopts::value<int>()->default_value("128"))
-      ("c,ctx-size", "Context size in tokens (default: the model's, at most 4096)",
-       cxxopts::value<int>()->default_value("0"));
+       cxxopts::value<int>()->default_value("128"));
+  AddContextOption(options);
   AddSamplingOptions(options);
   AddEngineOptions(options);
   AddModelOptions(options);

@@ -32,9 +32,8 @@ int ServeCommand(int argc, char** argv) {
       ("alias", "Model name in the API (default: the file name)",
        cxxopts::value<std::string>()->default_value(""))
       ("chat-template", "Chat template family (default: the model's; " + ChatFormatNames() + ")",
-       cxxopts::value<std::string>()->default_value(""))
-      ("c,ctx-size", "Context size in tokens (default: the model's, at most 4096)",
-       cxxopts::value<int>()->default_value("0"));
+       cxxopts::value<std::string>()->default_value(""));
+  AddContextOption(options);
   AddSamplingOptions(options);
   AddEngineOptions(options);
   AddModelOptions(options);
