@@ -54,13 +54,13 @@
 #include "base/timer.h"
 #include "benchmarks/bench_util.h"
 #include "benchmarks/stream_probe.h"
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 #include "simd/gather.h"
 #include "simd/gemv.h"
 #include "simd/quantize.h"
 #include "simd/targets.h"
 #include "simd/vector_ops.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow::bench {
 namespace {

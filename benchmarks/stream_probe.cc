@@ -67,7 +67,7 @@ HWY_AFTER_NAMESPACE();
 #include "base/aligned_buffer.h"
 #include "base/timer.h"
 #include "benchmarks/stream_probe.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow::bench {
 

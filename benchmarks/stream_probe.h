@@ -1,6 +1,6 @@
 // The yardstick for memory-bound kernels: how fast plain Highway vector
 // loads can read a buffer much larger than the last-level cache, with the
-// same thread pool (src/threads.h) the kernels use. Benchmarks report their
+// same thread pool (base/threads.h) the kernels use. Benchmarks report their
 // weight bandwidth as a percentage of this figure, measured in the same
 // process just before, so a busy or throttled machine shows up in both.
 #pragma once

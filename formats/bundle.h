@@ -59,7 +59,7 @@
 
 #include "formats/calibration.h"
 #include "formats/gguf.h"
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 
 namespace sparrow::bundle {
 

@@ -24,7 +24,7 @@
 
 #include "base/mapped_file.h"
 #include "base/output_file.h"
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 
 namespace sparrow::gguf {
 

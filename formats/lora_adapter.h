@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 
 namespace sparrow {
 

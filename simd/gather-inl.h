@@ -45,7 +45,7 @@
 #include <hwy/highway.h>
 
 #include "base/aligned_buffer.h"
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 #include "simd/gemv-inl.h"
 #include "simd/gemv.h"
 #include "simd/quant_blocks.h"

@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 #include "simd/gemv.h"
 
 namespace sparrow::simd {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 #include "simd/gemv.h"
 #include "simd/quantize.h"
 #include "simd/targets.h"

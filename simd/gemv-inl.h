@@ -36,7 +36,7 @@
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 #include "simd/quant_blocks.h"
 #include "simd/quantize-inl.h"  // PromoteHalf
 

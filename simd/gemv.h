@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "base/aligned_buffer.h"
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 
 namespace sparrow::simd {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 #include "simd/quantize.h"
 #include "simd/targets.h"
 

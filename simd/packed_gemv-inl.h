@@ -32,7 +32,7 @@
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 #include "simd/int8_dot-inl.h"
 #include "simd/quant_blocks.h"  // HalfBitsToFloat
 #include "simd/quantize-inl.h"  // PromoteHalf

@@ -15,7 +15,7 @@
 
 #include <hwy/highway.h>
 
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 #include "simd/quant_blocks.h"
 
 HWY_BEFORE_NAMESPACE();

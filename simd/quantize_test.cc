@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 #include "simd/quant_blocks.h"
 #include "simd/targets.h"
 

@@ -25,7 +25,7 @@
 #include "simd/quantize.h"
 #include "src/model/config.h"
 #include "src/model/weights.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "formats/bundle.h"
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 #include "src/lora.h"
 
 namespace sparrow {

@@ -8,7 +8,7 @@
 #include "formats/gguf.h"
 #include "formats/tokenizer_data.h"
 #include "src/model/dense_ffn.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow {
 namespace {

@@ -7,7 +7,7 @@
 #include "base/error.h"
 #include "simd/quantize.h"
 #include "src/model/config.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow {
 namespace {

@@ -15,7 +15,7 @@
 #include "formats/tokenizer_data.h"
 #include "simd/gemv.h"
 #include "simd/quantize.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "simd/quantize.h"
 #include "sparrow_config.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 using namespace sparrow;
 

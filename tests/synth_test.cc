@@ -17,7 +17,7 @@
 #include "base/error.h"
 #include "formats/gguf.h"
 #include "src/model/model.h"
-#include "src/threads.h"
+#include "base/threads.h"
 #include "tests/gguf_test_util.h"
 
 using namespace sparrow;

@@ -15,7 +15,7 @@
 #include "src/engine.h"
 #include "src/model/model.h"
 #include "src/ops/ops.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow::cli {
 namespace {

@@ -23,7 +23,7 @@
 #include "base/output_file.h"
 #include "base/timer.h"
 #include "src/ops/ops.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow::cli {
 

@@ -9,7 +9,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 #include "src/convert.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow::cli {
 

@@ -20,7 +20,7 @@
 #include "src/cli/common.h"
 #include "src/model/config.h"
 #include "src/runtime/unit_policy.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow::cli {
 namespace {

@@ -7,7 +7,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 #include "src/synth.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow::cli {
 

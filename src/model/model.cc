@@ -19,7 +19,7 @@
 #include "formats/tokenizer_data.h"
 #include "src/model/dense_ffn.h"
 #include "src/ops/ops.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow {
 

@@ -19,7 +19,7 @@
 #include "simd/quantize.h"
 #include "sparrow_config.h"
 #include "src/ops/ops.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 #if SPARROW_HAVE_ONEDNN
 #include <dnnl.hpp>

@@ -11,7 +11,7 @@
 #include "simd/packed_gemv.h"
 #include "simd/quantize.h"
 #include "simd/vector_ops.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow::ops {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 #include "simd/attention.h"
 #include "simd/rope.h"
 

@@ -29,7 +29,7 @@
 #include "simd/vector_ops.h"
 #include "sparrow_config.h"
 #include "src/ops/ops.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow::ops {
 namespace {

@@ -9,7 +9,7 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "src/ops/ops.h"
-#include "src/threads.h"
+#include "base/threads.h"
 
 namespace sparrow {
 namespace {

@@ -1,4 +1,4 @@
-#include "src/threads.h"
+#include "base/threads.h"
 
 #include <algorithm>
 #include <memory>

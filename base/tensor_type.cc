@@ -1,4 +1,4 @@
-#include "formats/tensor_type.h"
+#include "base/tensor_type.h"
 
 #include <array>
 #include <cctype>
