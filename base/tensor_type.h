@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string>
 #include <string_view>
 
 namespace sparrow {
@@ -44,11 +46,24 @@ enum class TensorType : uint32_t {
   kMXFP4 = 39,
 };
 
+// What Sparrow can do with a type. Every layer asks TensorTypeCan (the one
+// table in tensor_type.cc) instead of keeping a list of its own, so a new
+// type is one row there plus its kernels; simd/type_abilities_test.cc checks
+// that each kernel family accepts exactly the types the table gives it.
+enum class TypeAbility : uint32_t {
+  kConvert = 1u << 0,  // rows quantize from / dequantize to f32 (simd/quantize.h)
+  kGemv = 1u << 1,     // decode matrix-vector kernel (simd/gemv.h)
+  kGather = 1u << 2,   // products over rows picked by pointer (simd/gather.h)
+  kPack = 1u << 3,     // load-time eight-row interleave (simd/packed_gemv.h)
+  kRecord = 1u << 4,   // a bundle's feed-forward record type (formats/bundle.h)
+};
+
 struct TensorTypeInfo {
   TensorType type;
   std::string_view name;  // lower case, as llama.cpp prints it ("q4_K")
   uint32_t block_elems;   // elements per block (1 for plain types)
   uint32_t block_bytes;   // bytes per block
+  uint32_t abilities;     // TypeAbility bits
 };
 
 // nullptr when `id` is not a type GGUF defines.
@@ -56,6 +71,12 @@ const TensorTypeInfo* FindTensorType(uint32_t id);
 // Info for a known type (never null for an enumerator above).
 const TensorTypeInfo& GetTensorTypeInfo(TensorType type);
 std::string_view TensorTypeName(TensorType type);
+// Every type GGUF defines, in id order.
+std::span<const TensorTypeInfo> AllTensorTypes();
+// Whether the table gives `type` that ability (false for unknown ids).
+bool TensorTypeCan(TensorType type, TypeAbility ability);
+// The names of the types with that ability, for messages: "f32, f16, q8_0".
+std::string TensorTypeNames(TypeAbility ability);
 // Case-insensitive lookup by name ("f16", "Q8_0", "q4_k").
 std::optional<TensorType> ParseTensorType(std::string_view name);
 

@@ -255,10 +255,7 @@ std::vector<RecordKind> LayoutKinds(Layout layout) {
   return {RecordKind::kNeuron};
 }
 
-bool IsRecordType(TensorType type) {
-  return type == TensorType::kF32 || type == TensorType::kF16 || type == TensorType::kQ8_0 ||
-         type == TensorType::kQ4_0;
-}
+bool IsRecordType(TensorType type) { return TensorTypeCan(type, TypeAbility::kRecord); }
 
 std::string keys::GroupPermutationKey(size_t group_index) {
   return StrCat("sparrow.groups.", group_index, ".slot_of_unit");
@@ -268,7 +265,7 @@ UnitGroup GroupGeometry(uint32_t layer, RecordKind kind, uint32_t d_model, uint3
                         TensorType record_type) {
   if (!IsRecordType(record_type)) {
     ThrowInputError("records cannot be stored as ", TensorTypeName(record_type),
-                    " (use f32, f16, q8_0 or q4_0)");
+                    " (use ", TensorTypeNames(TypeAbility::kRecord), ")");
   }
   UnitGroup g;
   g.layer = layer;

@@ -112,7 +112,8 @@ std::string_view RecordKindName(RecordKind kind);
 inline constexpr int kRecordKinds = 5;
 // The record kinds a layout stores for each layer, in file order.
 std::vector<RecordKind> LayoutKinds(Layout layout);
-// The record types records may be stored in: F32, F16, Q8_0, Q4_0.
+// The types records may be stored in (TypeAbility::kRecord in
+// base/tensor_type.cc: F32, F16, Q8_0, Q4_0).
 bool IsRecordType(TensorType type);
 
 // The records of one (layer, kind): a run of `n_units` fixed-size records.

@@ -68,18 +68,7 @@ void CheckStride(const char* what, size_t n, size_t stride, size_t width) {
 
 }  // namespace
 
-bool GatherSupports(TensorType type) {
-  switch (type) {
-    case TensorType::kF32:
-    case TensorType::kF16:
-    case TensorType::kBF16:
-    case TensorType::kQ8_0:
-    case TensorType::kQ4_0:
-      return true;
-    default:
-      return false;
-  }
-}
+bool GatherSupports(TensorType type) { return TensorTypeCan(type, TypeAbility::kGather); }
 
 void DotRows(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
              const GemvInput* x, size_t n, float* out, size_t out_stride) {

@@ -58,20 +58,7 @@ bool IsQuantized(TensorType type) {
 HWY_EXPORT(GemvT);
 HWY_EXPORT(QuantizeActivationsT);
 
-bool GemvSupports(TensorType type) {
-  switch (type) {
-    case TensorType::kF32:
-    case TensorType::kF16:
-    case TensorType::kBF16:
-    case TensorType::kQ8_0:
-    case TensorType::kQ4_0:
-    case TensorType::kQ4_K:
-    case TensorType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
-}
+bool GemvSupports(TensorType type) { return TensorTypeCan(type, TypeAbility::kGemv); }
 
 void GemvInput::Prepare(TensorType weight_type, const float* x, size_t n) {
   if (!GemvSupports(weight_type)) {

@@ -12,7 +12,8 @@
 
 namespace sparrow::simd {
 
-// Types the kernels below accept: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K.
+// Types the kernels below accept (TypeAbility::kGemv in base/tensor_type.cc:
+// F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
 bool GemvSupports(TensorType type);
 
 // The activation vector prepared for one weight type. Prepare it once, then

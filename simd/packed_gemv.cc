@@ -116,9 +116,7 @@ void RequireSupported(TensorType type) {
 
 }  // namespace
 
-bool PackedGemvSupports(TensorType type) {
-  return type == TensorType::kQ4_0 || type == TensorType::kQ4_K;
-}
+bool PackedGemvSupports(TensorType type) { return TensorTypeCan(type, TypeAbility::kPack); }
 
 void PackGroup(TensorType type, const uint8_t* rows, size_t row_bytes, size_t cols,
                uint8_t* out) {

@@ -42,7 +42,8 @@ namespace sparrow::simd {
 
 inline constexpr size_t kPackedRows = 8;
 
-// Q4_0 and Q4_K.
+// Types with a packed layout (TypeAbility::kPack in base/tensor_type.cc:
+// Q4_0 and Q4_K).
 bool PackedGemvSupports(TensorType type);
 
 // Packs 8 rows (`row_bytes` apart, `cols` elements each) of a supported

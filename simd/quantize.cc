@@ -455,20 +455,7 @@ void QuantizeQ6_K(const float* src, size_t n, uint8_t* dst) {
 
 HWY_EXPORT(DequantizeRowT);
 
-bool CanConvert(TensorType type) {
-  switch (type) {
-    case TensorType::kF32:
-    case TensorType::kF16:
-    case TensorType::kBF16:
-    case TensorType::kQ8_0:
-    case TensorType::kQ4_0:
-    case TensorType::kQ4_K:
-    case TensorType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
-}
+bool CanConvert(TensorType type) { return TensorTypeCan(type, TypeAbility::kConvert); }
 
 void DequantizeRow(TensorType type, const void* src, size_t n, float* dst) {
   CheckRow(type, n);

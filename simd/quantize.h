@@ -11,7 +11,8 @@
 
 namespace sparrow::simd {
 
-// Types DequantizeRow / QuantizeRow handle.
+// Types DequantizeRow / QuantizeRow handle (TypeAbility::kConvert in
+// base/tensor_type.cc: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
 bool CanConvert(TensorType type);
 
 // `n` elements (a whole number of blocks) from `src` in `type` to f32.

@@ -105,8 +105,8 @@ FfnTensors FindFfn(const gguf::GgufFile& src, const ModelConfig& c, uint32_t lay
     }
     if (!simd::CanConvert(t->type)) {
       ThrowInputError(src.name(), ": tensor '", name, "' has type ", TensorTypeName(t->type),
-                      ", which the converter cannot read (f32, f16, bf16, q8_0, q4_0, q4_K, "
-                      "q6_K can be converted)");
+                      ", which the converter cannot read (", TensorTypeNames(TypeAbility::kConvert),
+                      " can be converted)");
     }
     found[i] = t;
   }
@@ -283,7 +283,7 @@ void ConvertGgufToBundle(const std::string& gguf_path, const std::string& bundle
   const TensorType record_type = options.record_type.value_or(DefaultRecordType(src));
   if (!bundle::IsRecordType(record_type)) {
     ThrowInputError("convert: records cannot be stored as ", TensorTypeName(record_type),
-                    " (use f32, f16, q8_0 or q4_0)");
+                    " (use ", TensorTypeNames(TypeAbility::kRecord), ")");
   }
 
   bundle::BundleWriter writer(bundle_path, options.force);

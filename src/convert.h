@@ -13,7 +13,7 @@
 namespace sparrow {
 
 struct ConvertOptions {
-  // f32, f16, q8_0 or q4_0; unset: DefaultRecordType() of the source.
+  // A TypeAbility::kRecord type; unset: DefaultRecordType() of the source.
   std::optional<TensorType> record_type;
   bundle::Layout layout = bundle::Layout::kNeuron;
   bool force = false;  // overwrite an existing output

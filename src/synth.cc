@@ -192,7 +192,7 @@ void ValidateSynthSpec(const SynthSpec& s) {
   }
   if (!simd::GemvSupports(s.type) || !simd::CanConvert(s.type)) {
     ThrowInputError("synth: type ", TensorTypeName(s.type),
-                    " is not supported (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)");
+                    " is not supported (", TensorTypeNames(TypeAbility::kGemv), ")");
   }
   ValidateHotOptions(s);
   const uint32_t block = GetTensorTypeInfo(s.type).block_elems;

@@ -24,8 +24,8 @@ int ConvertCommand(int argc, char** argv) {
       ("m,model", "Input model (GGUF)", cxxopts::value<std::string>())
       ("o,output", "Output bundle (.sparrow), or merged GGUF (.gguf, with --lora)",
        cxxopts::value<std::string>())
-      ("type", "Record type: f32, f16, q8_0 or q4_0 (default: the source's FFN type when it "
-       "is one of these, otherwise q8_0); for a .gguf output, the type 2-D weights are "
+      ("type", "Record type: " + TensorTypeNames(TypeAbility::kRecord) +
+       " (default: the source's FFN type when it is one of these, otherwise q8_0); for a .gguf output, the type 2-D weights are "
        "re-quantized to (any synth type)", cxxopts::value<std::string>())
       ("layout", "Record layout: neuron ([gate row | up row | down column] per FFN neuron) or "
        "dip (per input dim [up column | gate column], per neuron [down column]: for --sparsity "
@@ -70,7 +70,8 @@ int ConvertCommand(int argc, char** argv) {
     const std::string name = args["type"].as<std::string>();
     const std::optional<TensorType> type = ParseTensorType(name);
     if (!type || !bundle::IsRecordType(*type)) {
-      ThrowInputError("convert: --type must be f32, f16, q8_0 or q4_0 (got '", name, "')");
+      ThrowInputError("convert: --type must be one of ", TensorTypeNames(TypeAbility::kRecord),
+                      " (got '", name, "')");
     }
     convert.record_type = *type;
   }

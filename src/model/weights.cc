@@ -43,8 +43,8 @@ class TensorLookup {
     if (!simd::GemvSupports(t.type)) {
       ThrowInputError(source_, ": tensor '", t.name, "' has type ",
                       TensorTypeName(t.type),
-                      ", which Sparrow does not support (supported: f32, "
-                      "f16, bf16, q8_0, q4_0, q4_K, q6_K)");
+                      ", which Sparrow does not support (supported: ",
+                      TensorTypeNames(TypeAbility::kGemv), ")");
     }
     ops::MatrixView m;
     m.type = t.type;
