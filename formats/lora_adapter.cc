@@ -3,8 +3,6 @@
 #include <sys/stat.h>
 
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <optional>
 
@@ -12,6 +10,7 @@
 
 #include "base/crc32c.h"
 #include "base/error.h"
+#include "base/read_file.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 
@@ -122,11 +121,7 @@ LoraAdapterFile ReadGguf(const std::string& path) {
 }
 
 std::string ReadSmallFile(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) ThrowInputError("cannot open ", what, " '", path, "'");
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  if (text.size() > (1u << 20)) ThrowInputError(path, ": ", what, " is over 1 MiB");
-  return text;
+  return ReadWholeFile(path, what, 1u << 20);
 }
 
 // A JSON field of the config: absent -> fallback; wrong type -> InputError.

@@ -1,14 +1,12 @@
 #include "formats/safetensors.h"
 
 #include <algorithm>
-#include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include <nlohmann/json.hpp>
 
 #include "base/checked_math.h"
 #include "base/error.h"
+#include "base/read_file.h"
 
 namespace sparrow::safetensors {
 namespace {
@@ -63,16 +61,7 @@ std::string_view DTypeName(DType dtype) {
 }
 
 SafetensorsFile SafetensorsFile::Open(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) ThrowInputError("cannot open '", path, "'");
-  const std::streamoff size = in.tellg();
-  if (size < 0 || static_cast<uint64_t>(size) > kMaxFileBytes) {
-    ThrowInputError(path, ": safetensors file of ", size, " bytes is over the 4 GiB an adapter may take");
-  }
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));
-  in.seekg(0);
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), size)) ThrowInputError("cannot read '", path, "'");
-  return FromBytes(std::move(bytes), path);
+  return FromBytes(ReadWholeFileBytes(path, "safetensors file", kMaxFileBytes), path);
 }
 
 SafetensorsFile SafetensorsFile::FromBytes(std::vector<uint8_t> bytes, std::string name) {

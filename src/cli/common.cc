@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/read_file.h"
 #include "base/output_file.h"
 #include "base/timer.h"
 #include "src/ops/ops.h"
@@ -290,16 +291,7 @@ std::vector<int> ParseIntList(const std::string& text, const std::string& flag) 
 }
 
 std::string ReadTextFile(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) ThrowInputError("cannot open '", path, "': ", std::strerror(errno));
-  // An ifstream opens a directory and reads nothing: an empty text.
-  if (S_ISDIR(st.st_mode)) ThrowInputError("cannot read '", path, "': ", std::strerror(EISDIR));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) ThrowInputError("cannot open '", path, "': ", std::strerror(errno));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) ThrowInputError("cannot read '", path, "'");
-  return buf.str();
+  return ReadWholeFile(path, "text file");
 }
 
 uint64_t PeakRssBytes() {

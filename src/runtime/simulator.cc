@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "base/read_file.h"
 
 namespace sparrow {
 namespace {
@@ -241,21 +242,7 @@ DeviceProfile LookupProfile(const std::string& name) {
 }
 
 DeviceProfile ProfileFromProbeCsv(const std::string& path, double dram_gbps) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) ThrowInputError("cannot open probe-io CSV '", path, "': ", std::strerror(errno));
-  std::string text;
-  char buf[1 << 16];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) {
-    text.append(buf, got);
-    if (text.size() > 16 * kMiB) {
-      std::fclose(f);
-      ThrowInputError("probe-io CSV '", path, "' is larger than 16 MiB");
-    }
-  }
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) ThrowInputError("cannot read probe-io CSV '", path, "'");
+  const std::string text = ReadWholeFile(path, "probe-io CSV", 16 * kMiB);
 
   std::vector<std::string> lines;
   size_t begin = 0;

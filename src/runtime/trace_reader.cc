@@ -1,16 +1,14 @@
 #include "src/runtime/trace_reader.h"
 
-#include <sys/stat.h>
 
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/read_file.h"
 
 namespace sparrow {
 namespace {
@@ -289,25 +287,7 @@ Trace ParseTrace(std::string_view text, const std::string& name) {
 }
 
 Trace ReadTrace(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    ThrowInputError("cannot open trace '", path, "': ", std::strerror(errno));
-  }
-  struct stat st;
-  if (::fstat(::fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    std::fclose(f);
-    ThrowInputError("trace '", path, "' is not a regular file");
-  }
-  if (static_cast<uint64_t>(st.st_size) > kMaxTraceBytes) {
-    std::fclose(f);
-    ThrowInputError("trace '", path, "' is ", st.st_size, " bytes, more than the ",
-                    kMaxTraceBytes, " bytes (1 GiB) simulate reads");
-  }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  const size_t got = text.empty() ? 0 : std::fread(text.data(), 1, text.size(), f);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed || got != text.size()) ThrowInputError("cannot read trace '", path, "'");
+  const std::string text = ReadWholeFile(path, "trace", kMaxTraceBytes);
   return ParseTrace(text, path);
 }
 
