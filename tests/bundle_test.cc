@@ -31,6 +31,7 @@
 #include "formats/tokenizer_data.h"
 #include "simd/quantize.h"
 #include "src/convert.h"
+#include "src/engine.h"
 #include "src/model/config.h"
 #include "src/runtime/loader.h"
 #include "src/synth.h"
@@ -455,6 +456,42 @@ TEST_CASE("one flipped byte is caught: header at open, resident at load, records
     Bundle::Open(path).LoadResident();
     ::unlink(path.c_str());
   }
+}
+
+// A pass that fails part way (here a damaged record, read in the middle of
+// the model) must leave the streamed FFN ready for the next pass: a server
+// answers the next request after one failed. Once the file is whole again,
+// the same session computes what a fresh model computes.
+TEST_CASE("a streamed model works on after a pass that failed part way") {
+  TempDir dir;
+  const std::string path = dir.File("stories.sparrow");
+  ConvertOptions convert;
+  convert.record_type = TensorType::kQ8_0;
+  ConvertGgufToBundle(Stories(), path, convert);
+  const Bundle b = Bundle::Open(path);
+  const UnitGroup& middle = b.groups()[b.groups().size() / 2];
+
+  EngineOptions options;
+  options.n_ctx = 64;
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 301, 29};
+  LoadedModel fresh = OpenModel(path, options);
+  Session reference(*fresh.model, options.n_ctx);
+  const float* want_logits = reference.Eval(prompt.data(), prompt.size(), false);
+  const std::vector<float> want(want_logits, want_logits + fresh.model->config().n_vocab);
+
+  LoadedModel loaded = OpenModel(path, options);
+  Session session(*loaded.model, options.n_ctx);
+  {
+    const FlippedByte flip(path, middle.UnitOffset(middle.n_units / 2) + 3);
+    const std::string msg = ErrorOf([&] { session.Eval(prompt.data(), prompt.size(), false); });
+    CHECK(Contains(msg, "checksum"));
+  }
+  CHECK(session.n_past() == 0);
+  const float* got = session.Eval(prompt.data(), prompt.size(), false);
+  for (size_t i = 0; i < want.size(); ++i) REQUIRE(got[i] == want[i]);
+  // Only completed passes are in the statistics.
+  CHECK(loaded.streamed->stats().per_token().size() == 1);
+  CHECK_FALSE(loaded.streamed->stats().open());
 }
 
 TEST_CASE("a truncated bundle is refused at open") {

@@ -201,6 +201,18 @@ void Session::Forward(const int32_t* tokens, size_t n, bool all_logits,
   for (size_t t = 0; t < n; ++t) ops::GetRow(w.token_embd, tokens[t], x + t * d);
   RopeTables(n);
 
+  // The feed-forward hears where each pass begins and ends, also when an
+  // exception ends it early (EndPass(false) must not throw).
+  FeedForward& ffn = model_.feed_forward();
+  ffn.BeginPass(n);
+  struct AbandonGuard {
+    FeedForward& ffn;
+    bool open = true;
+    ~AbandonGuard() {
+      if (open) ffn.EndPass(false);
+    }
+  } pass{ffn};
+
   for (uint32_t layer = 0; layer < c_.n_layers; ++layer) {
     const LayerWeights& l = w.layers[layer];
     for (size_t t = 0; t < n; ++t) {
@@ -232,9 +244,11 @@ void Session::Forward(const int32_t* tokens, size_t n, bool all_logits,
     for (size_t t = 0; t < n; ++t) {
       ops::RmsNorm(x + t * d, l.ffn_norm.data(), d, c_.rms_eps, h + t * d);
     }
-    model_.feed_forward().Forward(layer, h, n, o_.data());
+    ffn.Forward(layer, h, n, o_.data());
     ops::AddInPlace(o_.data(), x, n * d);
   }
+  pass.open = false;
+  ffn.EndPass(true);
 
   if (logits != nullptr) {
     // Only the rows whose logits are wanted go through the output head.

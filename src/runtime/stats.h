@@ -86,6 +86,8 @@ class StreamStats {
   void BeginToken(uint64_t tokens_in_batch = 1);
   TokenStats& current() { return current_; }
   void EndToken();
+  // Drops the open record, if any (its pass was abandoned).
+  void AbandonToken() { open_ = false; }
   bool open() const { return open_; }
 
   // Closed records, in order.

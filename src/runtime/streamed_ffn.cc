@@ -1,6 +1,7 @@
 #include "src/runtime/streamed_ffn.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -530,20 +531,41 @@ void StreamedFeedForward::Choose(Group& g, const float* scores, size_t n, size_t
   ts.select_seconds += NowSeconds() - start;
 }
 
+void StreamedFeedForward::BeginPass(size_t n) {
+  if (n > max_batch_) ThrowInputError("internal: batch of ", n, " exceeds ", max_batch_);
+  stats_.BeginToken(n);
+  for (Group& g : groups_) g.eviction->BeginToken(token_);
+  ++token_;
+}
+
+void StreamedFeedForward::EndPass(bool completed) {
+  if (completed) {
+    stats_.EndToken();
+    return;
+  }
+  // Abandoned: a read may still be in flight into a chunk (a prefetch, or
+  // the read whose failure ended the pass). Let it finish and forget it, so
+  // that the next pass plans its reads afresh; its record is not kept.
+  if (pipeline_->busy()) {
+    try {
+      pipeline_->Wait();
+    } catch (...) {  // the error that ended the pass, or a second one: already reported
+    }
+  }
+  prefetch_group_ = -1;
+  predicted_group_ = -1;
+  stats_.AbandonToken();
+}
+
 void StreamedFeedForward::Forward(uint32_t layer, const float* x, size_t n, float* out) {
   if (n > max_batch_) ThrowInputError("internal: batch of ", n, " exceeds ", max_batch_);
-  if (layer == 0) {
-    stats_.BeginToken(n);
-    for (Group& g : groups_) g.eviction->BeginToken(token_);
-    ++token_;
-  }
+  if (!stats_.open()) throw std::logic_error("StreamedFeedForward::Forward outside a pass");
   std::fill(out, out + n * config_.d_model, 0.0f);
   switch (bundle_.layout()) {
     case bundle::Layout::kNeuron: ForwardNeuron(layer, x, n, out); break;
     case bundle::Layout::kDip: ForwardDip(layer, x, n, out); break;
     case bundle::Layout::kSplit: ForwardSplit(layer, x, n, out); break;
   }
-  if (layer + 1 == config_.n_layers) stats_.EndToken();
 }
 
 void StreamedFeedForward::ForwardNeuron(uint32_t layer, const float* x, size_t n, float* out) {

@@ -51,7 +51,9 @@ class StreamedFeedForward : public FeedForward {
                       const StreamConfig& stream, size_t max_batch,
                       MemoryBudget& budget, const SparsityOptions& sparsity);
 
+  void BeginPass(size_t n) override;
   void Forward(uint32_t layer, const float* x, size_t n, float* out) override;
+  void EndPass(bool completed) override;
 
   StreamStats& stats() { return stats_; }
   const UnitPolicy& policy() const { return policy_; }
