@@ -7,8 +7,12 @@
 #                           node and npm are already installed)
 set -euo pipefail
 
-packages=(g++ pkg-config cmake meson ninja-build libhwy-dev libdnnl-dev libcxxopts-dev doctest-dev
-          liburing-dev nlohmann-json3-dev libcpp-httplib-dev ca-certificates)
+# ocl-icd-opencl-dev: Debian's oneDNN CMake package looks for OpenCL and fails
+# without it (libdnnl-dev only recommends it), and Meson then builds without
+# oneDNN, silently: prompt processing falls back to one GEMV per token.
+packages=(g++ pkg-config cmake meson ninja-build libhwy-dev libdnnl-dev ocl-icd-opencl-dev
+          libcxxopts-dev doctest-dev liburing-dev nlohmann-json3-dev libcpp-httplib-dev
+          ca-certificates)
 if [ "${1:-build}" = test ]; then
   packages+=(clang libclang-rt-14-dev time util-linux chromium)
   command -v node >/dev/null || packages+=(nodejs)

@@ -120,11 +120,16 @@ TEST_CASE("stories260K: f16 and Q8_0 KV caches stay close to f32; the budget cha
     const double diff = MaxAbsDiff(l, exact_logits.data(), exact_logits.size());
     CHECK(diff < k.tolerance * spread);
     CHECK(diff > 0.0);  // the cache type is in use
-    // Token by token reads the same cache the batch wrote.
+    // Token by token gives what the batch gave. The batch's products go
+    // through oneDNN where it is built in, a single token's through the
+    // GEMV kernels: their sums differ in the last bits, and where that
+    // moves a key or value across an f16 rounding boundary, the logits
+    // move by up to ~8e-4 of the largest one (measured on stories260K,
+    // AVX-512 oneDNN 2.6); without oneDNN they stayed within 1e-3.
     Session single(*model, 64, 512, k.types);
     for (size_t i = 0; i < tokens.size(); ++i) {
       const float* one = single.Eval(&tokens[i], 1, false);
-      CHECK(MaxAbsDiff(one, l + i * v, v) < 1e-3);
+      CHECK(MaxAbsDiff(one, l + i * v, v) < 2e-3 * spread);
     }
   }
   // The budget's figure is the cache's own: f32 keys and values take twice
