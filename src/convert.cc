@@ -351,8 +351,8 @@ void PrintLoraChanges(const FusedLora& fused) {
   }
 }
 
-void WriteGguf(const std::string& gguf_path, const std::string& out_path, bool force,
-               const std::vector<LoraSpec>& lora, std::optional<TensorType> type) {
+GgufWriteSummary WriteGguf(const std::string& gguf_path, const std::string& out_path, bool force,
+                           const std::vector<LoraSpec>& lora, std::optional<TensorType> type) {
   struct stat st {};
   if (!force && ::stat(out_path.c_str(), &st) == 0) {
     ThrowInputError("'", out_path, "' exists (use --force to overwrite)");
@@ -378,6 +378,23 @@ void WriteGguf(const std::string& gguf_path, const std::string& out_path, bool f
     if (!type || t.dims.size() != 2 || t.type == *type) return t.type;
     return t.dims[0] % GetTensorTypeInfo(*type).block_elems == 0 ? *type : t.type;
   };
+  GgufWriteSummary summary;
+  for (const gguf::TensorInfo& t : src.tensors()) {
+    if (!type || t.dims.size() != 2 || t.type == *type) continue;
+    if (out_type(t) == *type) {
+      ++summary.requantized;
+    } else {
+      ++summary.kept;
+      if (summary.kept_row_elems == 0 || t.dims[0] < summary.kept_row_elems) {
+        summary.kept_row_elems = t.dims[0];
+      }
+    }
+  }
+  if (type && lora.empty() && summary.requantized == 0 && summary.kept > 0) {
+    ThrowInputError("convert: no weight can be re-quantized to ", TensorTypeName(*type),
+                    ": rows of ", summary.kept_row_elems, " elements are not whole blocks of ",
+                    GetTensorTypeInfo(*type).block_elems);
+  }
 
   gguf::GgufWriter writer(out_path, src.alignment());
   for (const gguf::KeyValue& kv : src.metadata()) {
@@ -407,6 +424,7 @@ void WriteGguf(const std::string& gguf_path, const std::string& out_path, bool f
     }
   }
   writer.Finish();
+  return summary;
 }
 
 }  // namespace sparrow

@@ -49,9 +49,15 @@ void ConvertGgufToBundle(const std::string& gguf_path,
 // adapted tensor's relative change goes to stderr), and with `type`, every
 // 2-D weight whose rows are whole blocks of it re-quantized to it (the rest
 // keep their type): a GGUF any reader can run. Same guarantees as the
-// bundle conversion.
-void WriteGguf(const std::string& gguf_path, const std::string& out_path, bool force,
-               const std::vector<LoraSpec>& lora, std::optional<TensorType> type);
+// bundle conversion. A `type` that no tensor can take, with no adapter to
+// fuse, is an InputError (the output would be a copy).
+struct GgufWriteSummary {
+  size_t requantized = 0;  // 2-D weights written in `type`
+  size_t kept = 0;         // 2-D weights of another type whose rows are not whole blocks of it
+  uint64_t kept_row_elems = 0;  // the shortest such row
+};
+GgufWriteSummary WriteGguf(const std::string& gguf_path, const std::string& out_path, bool force,
+                           const std::vector<LoraSpec>& lora, std::optional<TensorType> type);
 
 // The largest relative changes of a fusion, one stderr line per tensor.
 void PrintLoraChanges(const FusedLora& fused);

@@ -494,6 +494,26 @@ TEST_CASE("a streamed model works on after a pass that failed part way") {
   CHECK_FALSE(loaded.streamed->stats().open());
 }
 
+TEST_CASE("a re-quantized GGUF counts what it converted; a type no weight can take is refused") {
+  TempDir dir;
+  const std::string out = dir.File("st.gguf");
+  // stories260K's rows are 64 (and 172) wide: Q4_0 takes the 64-wide ones,
+  // Q4_K's 256-element blocks none, and nothing is written then.
+  const GgufWriteSummary q4_0 = WriteGguf(Stories(), out, false, {}, TensorType::kQ4_0);
+  CHECK(q4_0.requantized > 0);
+  CHECK(q4_0.kept == 5);
+  CHECK(q4_0.kept_row_elems == 172);
+  const gguf::GgufFile written = gguf::GgufFile::Open(out);
+  size_t q4_tensors = 0;
+  for (const gguf::TensorInfo& t : written.tensors()) q4_tensors += t.type == TensorType::kQ4_0;
+  CHECK(q4_tensors == q4_0.requantized);
+  const std::string other = dir.File("st-q4k.gguf");
+  CHECK(ErrorOf([&] { WriteGguf(Stories(), other, false, {}, TensorType::kQ4_K); }) ==
+        "convert: no weight can be re-quantized to q4_K: rows of 64 elements are not whole "
+        "blocks of 256");
+  CHECK(dir.Files().size() == 1);
+}
+
 TEST_CASE("a truncated bundle is refused at open") {
   TempDir dir;
   const std::string good = dir.File("good.sparrow");

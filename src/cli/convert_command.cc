@@ -58,10 +58,17 @@ int ConvertCommand(int argc, char** argv) {
     const int threads = args["threads"].as<int>();
     if (threads < 0) ThrowInputError("-t must be positive");
     SetThreadCount(threads);
-    WriteGguf(input, output, args.count("force") > 0, lora, type);
-    std::fprintf(stderr, "wrote %s: %zu adapter(s) fused%s%s\n", output.c_str(), lora.size(),
-                 type ? ", weights re-quantized to " : "",
-                 type ? std::string(TensorTypeName(*type)).c_str() : "");
+    const GgufWriteSummary summary = WriteGguf(input, output, args.count("force") > 0, lora, type);
+    std::string types;
+    if (type) {
+      types = StrCat(", ", summary.requantized, " weight(s) re-quantized to ", TensorTypeName(*type));
+      if (summary.kept > 0) {
+        types += StrCat(" (", summary.kept, " kept their type: rows of ", summary.kept_row_elems,
+                        " elements are not whole blocks of ", GetTensorTypeInfo(*type).block_elems, ")");
+      }
+    }
+    std::fprintf(stderr, "wrote %s: %zu adapter(s) fused%s\n", output.c_str(), lora.size(),
+                 types.c_str());
     return 0;
   }
   ConvertOptions convert;
