@@ -2,11 +2,15 @@
 
 namespace sparrow {
 
+uint64_t DenseFeedForward::ScratchBytes(size_t d_ff, size_t n) {
+  return 2ull * n * d_ff * sizeof(float);
+}
+
 void DenseFeedForward::Forward(uint32_t layer, const float* x, size_t n,
                                float* out) {
   const LayerWeights& l = weights_.layers[layer];
   const size_t d_ff = l.up.rows;
-  if (gate_.size() < n * d_ff) {
+  if (gate_.size() < n * d_ff) {  // two buffers: ScratchBytes
     gate_.Reset(n * d_ff);
     up_.Reset(n * d_ff);
   }

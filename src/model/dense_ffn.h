@@ -13,6 +13,8 @@ class DenseFeedForward : public FeedForward {
  public:
   explicit DenseFeedForward(const ModelWeights& weights) : weights_(weights) {}
   void Forward(uint32_t layer, const float* x, size_t n, float* out) override;
+  // Bytes of its scratch for a pass of up to n tokens (what Forward allocates).
+  static uint64_t ScratchBytes(size_t d_ff, size_t n);
 
  private:
   const ModelWeights& weights_;

@@ -118,8 +118,12 @@ uint64_t Session::MemoryBytes(const ModelConfig& c, size_t n_ctx, size_t max_bat
                                2ull * b * (c.rope_dims / 2 + 1);
   const uint64_t scores = static_cast<uint64_t>(threads) * n_ctx;
   const uint64_t logits = static_cast<uint64_t>(std::max<size_t>(logits_rows, 1)) * c.n_vocab;
+  // Batched products keep a dequantized panel on this thread, as large as
+  // the largest matrix has needed (the dense FFN's included).
+  const size_t widest = std::max({size_t{c.d_model}, size_t{c.q_dim()}, size_t{c.d_ff}});
+  const uint64_t matmul_panel = ops::MatMulScratchBytes(widest, widest, b);
   return KvCache::Bytes(ShapeOf(c, n_ctx), kv_types) +
-         (activations + scores + logits) * sizeof(float);
+         (activations + scores + logits) * sizeof(float) + matmul_panel;
 }
 
 const float* Session::Eval(const int32_t* tokens, size_t n, bool all_logits) {

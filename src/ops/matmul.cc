@@ -116,6 +116,20 @@ size_t PanelRows(size_t cols) {
 
 }  // namespace
 
+uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n) {
+#if SPARROW_HAVE_ONEDNN
+  // MatMul's panel, sized as MatMul sizes it (f32 weights need none, but the
+  // callers cannot always tell the type in advance).
+  if (n >= kMinBatchForGemm && cols > 0) {
+    return uint64_t{std::min(PanelRows(cols), max_rows)} * cols * sizeof(float);
+  }
+#endif
+  (void)cols;
+  (void)max_rows;
+  (void)n;
+  return 0;
+}
+
 void MatMul(const MatrixView& w, const float* x, size_t n, float* y) {
 #if SPARROW_HAVE_ONEDNN
   if (n >= kMinBatchForGemm && GetKernelMode() == KernelMode::kFast) {

@@ -55,6 +55,10 @@ void MatVec(const MatrixView& w, const float* x, float* y);
 // Large batches go through oneDNN (f32 weights directly, other types
 // dequantized panel by panel); small ones run MatVec per token.
 void MatMul(const MatrixView& w, const float* x, size_t n, float* y);
+// Bytes of the panel MatMul keeps on its calling thread for batches of up to
+// n tokens over matrices of at most `max_rows` rows of `cols` elements
+// (0 where it needs none: small batches, builds without oneDNN).
+uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n);
 
 // A set of stored vectors ("rows") of one type and length: row k is at
 // base + index[k] * stride + offset (index == nullptr: row k at k * stride).
@@ -76,6 +80,10 @@ struct RowSet {
 
 // out[t * rows.count + k] = dot(row k, x[t]) for t < n (x is n x cols).
 void RowDots(const RowSet& rows, const float* x, size_t n, float* out);
+// Bytes of the scratch RowDots keeps on its calling thread for batches of
+// up to n tokens over sets of at most `max_rows` rows of at most `cols`
+// elements (0 where it needs none).
+uint64_t RowDotsScratchBytes(size_t cols, size_t max_rows, size_t n);
 // y[t] += sum_k a[t * rows.count + k] * row k for t < n (y is n x cols).
 void RowAxpys(const RowSet& rows, const float* a, size_t n, float* y);
 

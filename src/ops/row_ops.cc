@@ -111,6 +111,11 @@ void AxpyRangeByRow(const RowSet& rows, const float* a, size_t n, size_t begin, 
 }
 
 #if SPARROW_HAVE_ONEDNN
+// Rows per f32 panel of RowDotsByPanels: about 4 MiB, like MatMul's own.
+size_t RowPanelRows(size_t cols) {
+  return std::max<size_t>(16, (4u << 20) / (cols * sizeof(float)) / 16 * 16);
+}
+
 // Large batches: f32 panels of the rows through MatMul (oneDNN). Contiguous
 // rows are a plain strided matrix, which MatMul converts itself (F32 ones
 // it hands to oneDNN as they are, so they must be whole floats apart).
@@ -129,10 +134,8 @@ void RowDotsByPanels(const RowSet& rows, const float* x, size_t n, float* out) {
     return;
   }
   const size_t cols = rows.cols;
-  // About 4 MiB of f32 per panel, like MatMul's own.
-  const size_t panel_rows =
-      std::min(rows.count, std::max<size_t>(16, (4u << 20) / (cols * sizeof(float)) / 16 * 16));
-  thread_local AlignedBuffer<float> panel, result;
+  const size_t panel_rows = std::min(rows.count, RowPanelRows(cols));
+  thread_local AlignedBuffer<float> panel, result;  // RowDotsScratchBytes
   if (panel.size() < panel_rows * cols) panel.Reset(panel_rows * cols);
   if (result.size() < n * panel_rows) result.Reset(n * panel_rows);
   float* panel_data = panel.data();
@@ -157,6 +160,22 @@ void RowDotsByPanels(const RowSet& rows, const float* x, size_t n, float* out) {
 #endif  // SPARROW_HAVE_ONEDNN
 
 }  // namespace
+
+uint64_t RowDotsScratchBytes(size_t cols, size_t max_rows, size_t n) {
+#if SPARROW_HAVE_ONEDNN
+  // RowDotsByPanels' panel and result, sized as it sizes them, and the
+  // panel of MatMul, which takes contiguous rows of a quantized type itself.
+  if (n >= kMinBatchForPanels && cols > 0) {
+    const uint64_t panel_rows = std::min(max_rows, RowPanelRows(cols));
+    return (panel_rows * cols + n * panel_rows) * sizeof(float) +
+           MatMulScratchBytes(cols, max_rows, n);
+  }
+#endif
+  (void)cols;
+  (void)max_rows;
+  (void)n;
+  return 0;
+}
 
 void RowDots(const RowSet& rows, const float* x, size_t n, float* out) {
   if (rows.count == 0 || n == 0) return;

@@ -68,10 +68,11 @@ uint64_t ActivationBytes(const ModelConfig& c, size_t width, size_t max_batch) {
          TokenMasks::MemoryBytes(max_batch, width, static_cast<uint32_t>(width));
 }
 
-// Per-thread partial sums of RowAxpys plus the batched-matmul panel.
+// Per-thread partial sums of RowAxpys plus the panels of batched RowDots.
 uint64_t KernelScratchBytes(const ModelConfig& c, uint32_t padded_ff, size_t max_batch) {
   const size_t widest = std::max<size_t>(c.d_model, padded_ff);
-  return Floats(static_cast<size_t>(ThreadCount()) * (max_batch + 1) * widest) + (4u << 20);
+  return Floats(static_cast<size_t>(ThreadCount()) * (max_batch + 1) * widest) +
+         ops::RowDotsScratchBytes(widest, /*max_rows=*/widest, max_batch);
 }
 
 }  // namespace
