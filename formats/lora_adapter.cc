@@ -144,6 +144,8 @@ LoraAdapterFile ReadPeft(const std::string& dir) {
     config = nlohmann::json::parse(config_text);
   } catch (const nlohmann::json::parse_error& e) {
     ThrowInputError(config_path, ": not valid JSON (at byte ", e.byte, ")");
+  } catch (const nlohmann::json::exception&) {  // e.g. a number out of range
+    ThrowInputError(config_path, ": not valid JSON (a number out of range)");
   }
   if (!config.is_object()) ThrowInputError(config_path, ": not a JSON object");
   const std::string peft_type = ConfigField<std::string>(config, "peft_type", "", config_path);

@@ -1,5 +1,8 @@
 // LoRA: the adapter readers (formats/lora_adapter.h) and fusion (src/lora.h).
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -115,6 +118,26 @@ TEST_CASE("lora: adapters that do not fit the model are refused, naming the tens
   CHECK(Contains(ErrorOf([&] { FusedLora::Fuse(stories, {{Shared("models/stories260K.gguf")}}); }),
                  "not a LoRA adapter"));
   CHECK(Contains(ErrorOf([&] { ReadLoraAdapter("/nonexistent/adapter.gguf"); }), "cannot open"));
+}
+
+// Found by lora_adapter_fuzzer: a number too large for a double is not a
+// parse error to nlohmann/json (out_of_range), and escaped as a crash.
+TEST_CASE("lora: a PEFT config that is not valid JSON is refused in one line") {
+  char tmpl[] = "/tmp/sparrow_peft_XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  const std::string config = dir + "/adapter_config.json";
+  for (const char* text : {"1e999999", "{\"r\": 1e999999}", "{\"peft_type\": "}) {
+    CAPTURE(text);
+    std::FILE* f = std::fopen(config.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    std::fputs(text, f);
+    std::fclose(f);
+    const std::string msg = ErrorOf([&] { ReadLoraAdapter(dir); });
+    CHECK(Contains(msg, config + ": not valid JSON"));
+  }
+  std::remove(config.c_str());
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace
