@@ -1,14 +1,11 @@
 // Per-target gather kernels (gather.h): dot products with, and weighted sums
 // of, rows addressed by pointer.
 //
-// DotRows runs GEMV's per-row machinery (gemv-inl.h: BlockScales through
-// GroupScales, Q8_0Block, Q4_0Pair/Q4_0Single, LoadAsFloat, ReduceSum) with
-// the same per-row accumulators and order as Gemv's Q8_0Rows, Q4_0Rows and
-// FloatRows, so each result is bit-identical to Gemv's. Those functions
-// address rows as base + r * row_bytes; the loops below are theirs with the
-// rows taken from a pointer array instead, plus software prefetching
-// (gather_test.cc checks the results against Gemv bit for bit, so the copies
-// cannot drift apart unnoticed). For a batch, each group of four rows is
+// DotRows runs GEMV's own row kernels (gemv-inl.h: FloatRows, Q8_0Rows,
+// Q4_0Rows), which take their rows as a pointer array and a prefetch
+// policy: the GEMV passes rows of one matrix, DotRows the rows of its list
+// with the Prefetcher below. So each result is bit-identical to Gemv's
+// (gather_test.cc checks it). For a batch, each group of four rows is
 // multiplied with every token before the next group: the group is read from
 // DRAM once, then from L1/L2.
 //
@@ -114,192 +111,13 @@ class Prefetcher {
 
 // ------------------------------------------------------------ dots
 
-// FloatRows (gemv-inl.h) over rows[0..kRows).
-template <typename WT, size_t kRows>
-HWY_INLINE void FloatDots(const uint8_t* const* HWY_RESTRICT rows, size_t cols,
-                          const float* HWY_RESTRICT x, float* HWY_RESTRICT y,
-                          Prefetcher<kRows>& pf) {
-  const hn::ScalableTag<float> df;
-  const size_t N = hn::Lanes(df);
-  const WT* r0 = reinterpret_cast<const WT*>(rows[0]);
-  const WT* r1 = kRows > 1 ? reinterpret_cast<const WT*>(rows[1 % kRows]) : r0;
-  const WT* r2 = kRows > 2 ? reinterpret_cast<const WT*>(rows[2 % kRows]) : r0;
-  const WT* r3 = kRows > 3 ? reinterpret_cast<const WT*>(rows[3 % kRows]) : r0;
-  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
-  size_t i = 0;
-  for (; i + N <= cols; i += N) {
-    pf.Upto(i * sizeof(WT));
-    const auto xv = hn::LoadU(df, x + i);
-    a0 = hn::MulAdd(LoadAsFloat(df, r0 + i), xv, a0);
-    if constexpr (kRows > 1) a1 = hn::MulAdd(LoadAsFloat(df, r1 + i), xv, a1);
-    if constexpr (kRows > 2) a2 = hn::MulAdd(LoadAsFloat(df, r2 + i), xv, a2);
-    if constexpr (kRows > 3) a3 = hn::MulAdd(LoadAsFloat(df, r3 + i), xv, a3);
-  }
-  if (i < cols) {
-    // Through zeroed stack copies: never reads past the end of a row.
-    const size_t rest = cols - i;
-    HWY_ALIGN float xt[HWY_MAX_BYTES / sizeof(float)] = {};
-    HWY_ALIGN WT wt[HWY_MAX_BYTES / sizeof(float)] = {};
-    std::memcpy(xt, x + i, rest * sizeof(float));
-    const auto xv = hn::Load(df, xt);
-    std::memcpy(wt, r0 + i, rest * sizeof(WT));
-    a0 = hn::MulAdd(LoadAsFloat(df, wt), xv, a0);
-    if constexpr (kRows > 1) {
-      std::memcpy(wt, r1 + i, rest * sizeof(WT));
-      a1 = hn::MulAdd(LoadAsFloat(df, wt), xv, a1);
-    }
-    if constexpr (kRows > 2) {
-      std::memcpy(wt, r2 + i, rest * sizeof(WT));
-      a2 = hn::MulAdd(LoadAsFloat(df, wt), xv, a2);
-    }
-    if constexpr (kRows > 3) {
-      std::memcpy(wt, r3 + i, rest * sizeof(WT));
-      a3 = hn::MulAdd(LoadAsFloat(df, wt), xv, a3);
-    }
-  }
-  y[0] = ReduceSum(df, a0);
-  if constexpr (kRows > 1) y[1] = ReduceSum(df, a1);
-  if constexpr (kRows > 2) y[2] = ReduceSum(df, a2);
-  if constexpr (kRows > 3) y[3] = ReduceSum(df, a3);
-}
-
-// Q8_0Rows (gemv-inl.h) over rows[0..kRows).
-template <size_t kRows>
-HWY_INLINE void Q8_0Dots(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
-                         const int16_t* HWY_RESTRICT xq,
-                         const float* HWY_RESTRICT sx,
-                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
-                         Prefetcher<kRows>& pf) {
-  const Int32Tags t;
-  const hn::ScalableTag<float> dfull;
-  const size_t G = hn::Lanes(dfull);
-  constexpr size_t kBB = sizeof(BlockQ8_0);
-  auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df), f3 = hn::Zero(t.df);
-  auto unused = hn::Zero(dfull);  // Q8_0 is symmetric: no offset term
-  HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
-  GroupScales<kRows>(dfull, rows, kBB, nblocks, 0, sx, sums, sw[0], unused, unused, unused,
-                     unused);
-  size_t cur = 0;
-  for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
-    if (g0 + G < nblocks) {
-      GroupScales<kRows>(dfull, rows, kBB, nblocks, g0 + G, sx, sums, sw[cur ^ 1], unused,
-                         unused, unused, unused);
-    }
-    const size_t count = std::min(G, nblocks - g0);
-    const float(*scales)[kMaxFloatLanes] = sw[cur];
-    for (size_t b = 0; b < count; ++b) {
-      const int16_t* xb = xq + (g0 + b) * 32;
-      const size_t a = (g0 + b) * kBB + 2;
-      pf.Upto(a);
-      Q8_0Block(t, rows[0] + a, xb, scales[0][b], f0);
-      if constexpr (kRows > 1) Q8_0Block(t, rows[1 % kRows] + a, xb, scales[1 % kRows][b], f1);
-      if constexpr (kRows > 2) Q8_0Block(t, rows[2 % kRows] + a, xb, scales[2 % kRows][b], f2);
-      if constexpr (kRows > 3) Q8_0Block(t, rows[3 % kRows] + a, xb, scales[3 % kRows][b], f3);
-    }
-  }
-  y[0] = ReduceSum(t.df, f0);
-  if constexpr (kRows > 1) y[1] = ReduceSum(t.df, f1);
-  if constexpr (kRows > 2) y[2] = ReduceSum(t.df, f2);
-  if constexpr (kRows > 3) y[3] = ReduceSum(t.df, f3);
-}
-
-// Q4_0Rows (gemv-inl.h) over rows[0..kRows); activations in the pair layout.
-template <size_t kRows>
-HWY_INLINE void Q4_0Dots(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
-                         const int16_t* HWY_RESTRICT xq,
-                         const float* HWY_RESTRICT sx,
-                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
-                         Prefetcher<kRows>& pf) {
-  const Int32Tags t;
-  const hn::ScalableTag<float> dfull;
-  const size_t G = hn::Lanes(dfull);
-  constexpr size_t kBB = sizeof(BlockQ4_0);
-  const uint8_t* const r0 = rows[0];
-  const uint8_t* const r1 = rows[1 % kRows];
-  const uint8_t* const r2 = rows[2 % kRows];
-  const uint8_t* const r3 = rows[3 % kRows];
-  auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df), f3 = hn::Zero(t.df);
-  auto o0 = hn::Zero(dfull), o1 = hn::Zero(dfull), o2 = hn::Zero(dfull), o3 = hn::Zero(dfull);
-  HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
-  GroupScales<kRows>(dfull, rows, kBB, nblocks, 0, sx, sums, sw[0], o0, o1, o2, o3);
-  size_t cur = 0;
-  for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
-    if (g0 + G < nblocks) {
-      GroupScales<kRows>(dfull, rows, kBB, nblocks, g0 + G, sx, sums, sw[cur ^ 1], o0, o1,
-                         o2, o3);
-    }
-    const size_t count = std::min(G, nblocks - g0);
-    const float(*scales)[kMaxFloatLanes] = sw[cur];
-#if HWY_TARGET != HWY_SCALAR
-    if (hn::MaxLanes(t.d16) == 32 && hn::Lanes(t.d16) == 32) {
-      // Two blocks per vector. G is even here, so pairs never straddle groups.
-      const hn::Half<decltype(t.du8)> du8h;
-      const auto first_half = hn::FirstN(t.df, hn::Lanes(t.df) / 2);
-      size_t b = 0;
-      for (; b + 2 <= count; b += 2) {
-        const int16_t* xb = xq + (g0 + b) * 32;
-        const auto xlo = hn::Load(t.d16, xb);
-        const auto xhi = hn::Load(t.d16, xb + 32);
-        const size_t a = (g0 + b) * kBB + 2;
-        pf.Upto(a);
-        Q4_0Pair(t, hn::LoadU(du8h, r0 + a), hn::LoadU(du8h, r0 + a + kBB), xlo, xhi,
-                 first_half, scales[0] + b, f0);
-        if constexpr (kRows > 1)
-          Q4_0Pair(t, hn::LoadU(du8h, r1 + a), hn::LoadU(du8h, r1 + a + kBB), xlo, xhi,
-                   first_half, scales[1 % kRows] + b, f1);
-        if constexpr (kRows > 2)
-          Q4_0Pair(t, hn::LoadU(du8h, r2 + a), hn::LoadU(du8h, r2 + a + kBB), xlo, xhi,
-                   first_half, scales[2 % kRows] + b, f2);
-        if constexpr (kRows > 3)
-          Q4_0Pair(t, hn::LoadU(du8h, r3 + a), hn::LoadU(du8h, r3 + a + kBB), xlo, xhi,
-                   first_half, scales[3 % kRows] + b, f3);
-      }
-      if (b < count) {  // the odd last block of the row: B is absent
-        const int16_t* xb = xq + (g0 + b) * 32;
-        const auto xlo = hn::Load(t.d16, xb);
-        const auto xhi = hn::Load(t.d16, xb + 32);
-        const size_t a = (g0 + b) * kBB + 2;
-        const auto none = hn::Zero(du8h);
-        Q4_0Pair(t, hn::LoadU(du8h, r0 + a), none, xlo, xhi, first_half, scales[0] + b, f0);
-        if constexpr (kRows > 1)
-          Q4_0Pair(t, hn::LoadU(du8h, r1 + a), none, xlo, xhi, first_half,
-                   scales[1 % kRows] + b, f1);
-        if constexpr (kRows > 2)
-          Q4_0Pair(t, hn::LoadU(du8h, r2 + a), none, xlo, xhi, first_half,
-                   scales[2 % kRows] + b, f2);
-        if constexpr (kRows > 3)
-          Q4_0Pair(t, hn::LoadU(du8h, r3 + a), none, xlo, xhi, first_half,
-                   scales[3 % kRows] + b, f3);
-      }
-      continue;
-    }
-#endif
-    // One block (or part of one) per vector: at most 16 int16 lanes here.
-    for (size_t b = 0; b < count; ++b) {
-      const size_t block = g0 + b;
-      const int16_t* xlo = xq + PairLayoutIndex(block, 0);
-      const int16_t* xhi = xq + PairLayoutIndex(block, 16);
-      const size_t a = block * kBB + 2;
-      pf.Upto(a);
-      Q4_0Single(t, r0 + a, xlo, xhi, scales[0][b], f0);
-      if constexpr (kRows > 1) Q4_0Single(t, r1 + a, xlo, xhi, scales[1 % kRows][b], f1);
-      if constexpr (kRows > 2) Q4_0Single(t, r2 + a, xlo, xhi, scales[2 % kRows][b], f2);
-      if constexpr (kRows > 3) Q4_0Single(t, r3 + a, xlo, xhi, scales[3 % kRows][b], f3);
-    }
-  }
-  y[0] = ReduceSum(t.df, f0) - 8.0f * ReduceSum(dfull, o0);
-  if constexpr (kRows > 1) y[1] = ReduceSum(t.df, f1) - 8.0f * ReduceSum(dfull, o1);
-  if constexpr (kRows > 2) y[2] = ReduceSum(t.df, f2) - 8.0f * ReduceSum(dfull, o2);
-  if constexpr (kRows > 3) y[3] = ReduceSum(t.df, f3) - 8.0f * ReduceSum(dfull, o3);
-}
-
 template <typename WT>
 struct FloatDot {
   static size_t RowBytes(size_t cols) { return cols * sizeof(WT); }
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* const* rows, size_t cols, const Input& in,
                              float* y, Prefetcher<kRows>& pf) {
-    FloatDots<WT, kRows>(rows, cols, in.x(), y, pf);
+    FloatRows<WT, kRows>(rows, cols, in.x(), y, 1, pf);
   }
 };
 struct Q8_0Dot {
@@ -307,7 +125,7 @@ struct Q8_0Dot {
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* const* rows, size_t cols, const Input& in,
                              float* y, Prefetcher<kRows>& pf) {
-    Q8_0Dots<kRows>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, pf);
+    Q8_0Rows<kRows>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, 1, pf);
   }
 };
 struct Q4_0Dot {
@@ -315,7 +133,7 @@ struct Q4_0Dot {
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* const* rows, size_t cols, const Input& in,
                              float* y, Prefetcher<kRows>& pf) {
-    Q4_0Dots<kRows>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, pf);
+    Q4_0Rows<kRows>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, 1, pf);
   }
 };
 

@@ -152,25 +152,20 @@ HWY_INLINE hn::Vec<DF> LoadAsFloat(DF df, const hwy::bfloat16_t* p) {
 }
 
 // Rows of plain floats or halves: one f32 multiply-add per element.
-template <typename WT, size_t kRows>
-HWY_INLINE void FloatRows(const uint8_t* HWY_RESTRICT w, size_t row_stride,
-                          size_t cols, const float* HWY_RESTRICT x,
-                          float* HWY_RESTRICT y,
-                         size_t y_stride) {
+template <typename WT, size_t kRows, class Pf>
+HWY_INLINE void FloatRows(const uint8_t* const* HWY_RESTRICT rows, size_t cols,
+                          const float* HWY_RESTRICT x, float* HWY_RESTRICT y, size_t y_stride,
+                          Pf& pf) {
   const hn::ScalableTag<float> df;
   const size_t N = hn::Lanes(df);
-  const WT* r0 = reinterpret_cast<const WT*>(w);
-  const WT* r1 = kRows > 1 ? reinterpret_cast<const WT*>(w + row_stride) : r0;
-  const WT* r2 = kRows > 2 ? reinterpret_cast<const WT*>(w + 2 * row_stride) : r0;
-  const WT* r3 = kRows > 3 ? reinterpret_cast<const WT*>(w + 3 * row_stride) : r0;
+  const WT* r0 = reinterpret_cast<const WT*>(rows[0]);
+  const WT* r1 = reinterpret_cast<const WT*>(rows[1 % kRows]);
+  const WT* r2 = reinterpret_cast<const WT*>(rows[2 % kRows]);
+  const WT* r3 = reinterpret_cast<const WT*>(rows[3 % kRows]);
   auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
   size_t i = 0;
-  constexpr size_t kAhead = kPrefetchBytes / sizeof(WT);
   for (; i + N <= cols; i += N) {
-    hwy::Prefetch(r0 + i + kAhead);
-    if constexpr (kRows > 1) hwy::Prefetch(r1 + i + kAhead);
-    if constexpr (kRows > 2) hwy::Prefetch(r2 + i + kAhead);
-    if constexpr (kRows > 3) hwy::Prefetch(r3 + i + kAhead);
+    pf.Upto(i * sizeof(WT));
     const auto xv = hn::LoadU(df, x + i);
     a0 = hn::MulAdd(LoadAsFloat(df, r0 + i), xv, a0);
     if constexpr (kRows > 1) a1 = hn::MulAdd(LoadAsFloat(df, r1 + i), xv, a1);
@@ -265,14 +260,19 @@ HWY_INLINE void BlockScales(DF df, const uint8_t* HWY_RESTRICT blocks,
   offset = hn::MulAdd(s, hn::LoadU(df, sums), offset);
 }
 
-// Prefetches byte `offset` of each of the kRows rows.
+// Row kernels take their rows as an array of kRows pointers and a prefetch
+// policy `pf`: they call pf.Upto(p) before using bytes at offset p of their
+// rows. The GEMV's policy (rows of one matrix, each a long stream) is
+// StreamAhead; the gather kernels (gather-inl.h) pass one that also runs on
+// into the next rows of their list. The arithmetic is the same code, so a
+// gathered row's result is bit-identical to the GEMV's.
 template <size_t kRows>
-HWY_INLINE void Prefetch4(const uint8_t* const* rows, size_t offset) {
-  hwy::Prefetch(rows[0] + offset);
-  if constexpr (kRows > 1) hwy::Prefetch(rows[1] + offset);
-  if constexpr (kRows > 2) hwy::Prefetch(rows[2] + offset);
-  if constexpr (kRows > 3) hwy::Prefetch(rows[3] + offset);
-}
+struct StreamAhead {
+  const uint8_t* const* rows;
+  HWY_INLINE void Upto(size_t offset) const {
+    for (size_t r = 0; r < kRows; ++r) hwy::Prefetch(rows[r] + offset + kPrefetchBytes);
+  }
+};
 
 // Prefetches the `bytes` (a K-quant super-block) at `offset` of the rows.
 template <size_t kRows>
@@ -421,19 +421,15 @@ HWY_INLINE void Q4_0Pair(const Int32Tags& t, V8 bytes_a, V8 bytes_b, V16 xlo,
 // Q4_0 stores nibbles q with value (q - 8) * d: the kernel sums q * x and
 // subtracts 8 * d * sum(x) per block through BlockScales' offset term.
 // Activations are in the pair layout (QuantizeActivationsImpl).
-template <size_t kRows>
-HWY_INLINE void Q4_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_stride,
-                         size_t nblocks, const int16_t* HWY_RESTRICT xq,
+template <size_t kRows, class Pf>
+HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks, const int16_t* HWY_RESTRICT xq,
                          const float* HWY_RESTRICT sx,
                          const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
-                         size_t y_stride) {
+                         size_t y_stride, Pf& pf) {
   const Int32Tags t;
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
   constexpr size_t kBB = sizeof(BlockQ4_0);
-  const uint8_t* rows[4] = {w, kRows > 1 ? w + row_stride : w,
-                            kRows > 2 ? w + 2 * row_stride : w,
-                            kRows > 3 ? w + 3 * row_stride : w};
   auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df), f3 = hn::Zero(t.df);
   auto o0 = hn::Zero(dfull), o1 = hn::Zero(dfull), o2 = hn::Zero(dfull), o3 = hn::Zero(dfull);
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
@@ -457,7 +453,7 @@ HWY_INLINE void Q4_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_stride,
         const auto xlo = hn::Load(t.d16, xb);
         const auto xhi = hn::Load(t.d16, xb + 32);
         const size_t a = (g0 + b) * kBB + 2;
-        Prefetch4<kRows>(rows, a + kPrefetchBytes);
+        pf.Upto(a);
         Q4_0Pair(t, hn::LoadU(du8h, rows[0] + a), hn::LoadU(du8h, rows[0] + a + kBB), xlo, xhi,
                  first_half, scales[0] + b, f0);
         if constexpr (kRows > 1)
@@ -496,7 +492,7 @@ HWY_INLINE void Q4_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_stride,
       const int16_t* xlo = xq + PairLayoutIndex(block, 0);
       const int16_t* xhi = xq + PairLayoutIndex(block, 16);
       const size_t a = block * kBB + 2;
-      Prefetch4<kRows>(rows, a + kPrefetchBytes);
+      pf.Upto(a);
       Q4_0Single(t, rows[0] + a, xlo, xhi, scales[0][b], f0);
       if constexpr (kRows > 1) Q4_0Single(t, rows[1] + a, xlo, xhi, scales[1 % kRows][b], f1);
       if constexpr (kRows > 2) Q4_0Single(t, rows[2] + a, xlo, xhi, scales[2 % kRows][b], f2);
@@ -522,19 +518,15 @@ HWY_INLINE void Q8_0Block(const Int32Tags& t, const uint8_t* HWY_RESTRICT qs,
   f = hn::MulAdd(hn::ConvertTo(t.df, hn::Add(sum0, sum1)), hn::Set(t.df, scale), f);
 }
 
-template <size_t kRows>
-HWY_INLINE void Q8_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_stride,
-                         size_t nblocks, const int16_t* HWY_RESTRICT xq,
+template <size_t kRows, class Pf>
+HWY_INLINE void Q8_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks, const int16_t* HWY_RESTRICT xq,
                          const float* HWY_RESTRICT sx,
                          const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
-                         size_t y_stride) {
+                         size_t y_stride, Pf& pf) {
   const Int32Tags t;
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
   constexpr size_t kBB = sizeof(BlockQ8_0);
-  const uint8_t* rows[4] = {w, kRows > 1 ? w + row_stride : w,
-                            kRows > 2 ? w + 2 * row_stride : w,
-                            kRows > 3 ? w + 3 * row_stride : w};
   auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df), f3 = hn::Zero(t.df);
   auto unused = hn::Zero(dfull);  // Q8_0 is symmetric: no offset term
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
@@ -551,7 +543,7 @@ HWY_INLINE void Q8_0Rows(const uint8_t* HWY_RESTRICT w, size_t row_stride,
     for (size_t b = 0; b < count; ++b) {
       const int16_t* xb = xq + (g0 + b) * 32;
       const size_t a = (g0 + b) * kBB + 2;
-      Prefetch4<kRows>(rows, a + kPrefetchBytes);
+      pf.Upto(a);
       Q8_0Block(t, rows[0] + a, xb, scales[0][b], f0);
       if constexpr (kRows > 1) Q8_0Block(t, rows[1] + a, xb, scales[1 % kRows][b], f1);
       if constexpr (kRows > 2) Q8_0Block(t, rows[2] + a, xb, scales[2 % kRows][b], f2);
@@ -829,18 +821,43 @@ HWY_INLINE void ForRowGroups(const uint8_t* base, size_t row_bytes,
   }
 }
 
+// kRows rows `stride` bytes apart, as the row-array kernels take them.
+template <size_t kRows>
+struct StridedRows {
+  StridedRows(const uint8_t* w, size_t stride) {
+    for (size_t r = 0; r < kRows; ++r) rows[r] = w + r * stride;
+  }
+  StridedRows(const StridedRows&) = delete;  // pf points into this object
+  const uint8_t* rows[kRows];
+  StreamAhead<kRows> pf{rows};
+};
+
 template <typename WT>
 struct FloatKernel {
-  template <size_t kRows, typename... Args>
-  static HWY_INLINE void Run(Args... args) { FloatRows<WT, kRows>(args...); }
+  template <size_t kRows>
+  static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t cols,
+                             const float* HWY_RESTRICT x, float* y, size_t y_stride) {
+    StridedRows<kRows> s(w, stride);
+    FloatRows<WT, kRows>(s.rows, cols, x, y, y_stride, s.pf);
+  }
 };
 struct Q8_0Kernel {
-  template <size_t kRows, typename... Args>
-  static HWY_INLINE void Run(Args... args) { Q8_0Rows<kRows>(args...); }
+  template <size_t kRows>
+  static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t nblocks,
+                             const int16_t* xq, const float* sx, const float* sums, float* y,
+                             size_t y_stride) {
+    StridedRows<kRows> s(w, stride);
+    Q8_0Rows<kRows>(s.rows, nblocks, xq, sx, sums, y, y_stride, s.pf);
+  }
 };
 struct Q4_0Kernel {
-  template <size_t kRows, typename... Args>
-  static HWY_INLINE void Run(Args... args) { Q4_0Rows<kRows>(args...); }
+  template <size_t kRows>
+  static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t nblocks,
+                             const int16_t* xq, const float* sx, const float* sums, float* y,
+                             size_t y_stride) {
+    StridedRows<kRows> s(w, stride);
+    Q4_0Rows<kRows>(s.rows, nblocks, xq, sx, sums, y, y_stride, s.pf);
+  }
 };
 struct Q4_KKernel {
   template <size_t kRows, typename... Args>
