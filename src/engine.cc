@@ -40,6 +40,40 @@ struct BundleStorage {
   std::shared_ptr<gguf::GgufFile> resident;
 };
 
+// What a bundle run charges to the budget before its unit caches:
+// everything fixed, then the least the streamed FFN can work with.
+struct BundleCharges {
+  uint64_t process = 0, metadata = 0, resident = 0, session = 0, ffn_minimum = 0;
+  static constexpr uint64_t kLoaderBuffers = 256u << 10;
+  uint64_t Minimum() const {
+    return process + metadata + resident + session + ffn_minimum + kLoaderBuffers;
+  }
+};
+
+BundleCharges ChargesOf(const bundle::Bundle& bndl, const ModelConfig& config,
+                        const EngineOptions& options, size_t n_ctx, size_t max_batch) {
+  BundleCharges c;
+  c.process = ProcessFootprintBytes(ThreadCount(), options.stream.io_threads);
+  c.metadata = MetadataBytes(bndl.header());
+  c.resident = bndl.resident_bytes();
+  c.session = Session::MemoryBytes(config, n_ctx, max_batch, options.logits_rows, ThreadCount(),
+                                   options.kv_types, options.n_seqs);
+  c.ffn_minimum = StreamedFeedForward::MinimumBytes(bndl, options.stream, config, max_batch);
+  return c;
+}
+
+std::string BlockNote(size_t chosen, size_t top, const MemoryBudget& budget,
+                      const ModelConfig& config, size_t n_ctx, KvCacheTypes kv_types) {
+  const uint64_t kv = KvCache::Bytes(KvShape{config.n_layers, n_ctx, config.n_kv_heads,
+                                             config.head_dim}, kv_types);
+  char line[256];
+  std::snprintf(line, sizeof line, "block auto: %zu sequences (at most %zu; KV cache %.2f MiB "
+                "per sequence; %s)", chosen, top, kv / 1048576.0,
+                budget.unlimited() ? "no --dram-budget" :
+                chosen < top ? "the most the budget holds" : "the budget holds more");
+  return line;
+}
+
 LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   if (!options.lora.empty()) {
     ThrowInputError("--lora: a bundle's weights are fused at conversion: sparrow convert -m "
@@ -58,16 +92,22 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   out.budget = std::make_shared<MemoryBudget>(options.dram_budget);
   MemoryBudget& budget = *out.budget;
 
-  // Everything fixed, then the least the streamed FFN can work with.
-  const uint64_t process = ProcessFootprintBytes(ThreadCount(), options.stream.io_threads);
-  const uint64_t metadata = MetadataBytes(bndl->header());
-  const uint64_t resident = bndl->resident_bytes();
-  const uint64_t session = Session::MemoryBytes(config, out.n_ctx, out.max_batch,
-                                                options.logits_rows, ThreadCount(), options.kv_types);
-  const uint64_t minimum = process + metadata + resident + session +
-                           StreamedFeedForward::MinimumBytes(*bndl, options.stream, config,
-                                                             out.max_batch) +
-                           (256u << 10);  // the loader's own buffers
+  EngineOptions opts = options;
+  if (opts.n_seqs == 0) {
+    const size_t top = std::max<size_t>(opts.max_auto_seqs, 1);
+    const uint64_t limit = budget.unlimited() ? UINT64_MAX : budget.limit();
+    size_t b = top;
+    for (; b > 1; --b) {
+      opts.n_seqs = b;
+      if (ChargesOf(*bndl, config, opts, out.n_ctx, out.max_batch).Minimum() <= limit) break;
+    }
+    opts.n_seqs = b;
+    out.block_note = BlockNote(b, top, budget, config, out.n_ctx, options.kv_types);
+  }
+  out.n_seqs = std::max<size_t>(opts.n_seqs, 1);
+  const BundleCharges fixed = ChargesOf(*bndl, config, opts, out.n_ctx, out.max_batch);
+  const uint64_t process = fixed.process, metadata = fixed.metadata, resident = fixed.resident,
+                 session = fixed.session, minimum = fixed.Minimum();
   budget.Charge(process, "process (code, libraries, stacks)", minimum);
   budget.Charge(metadata, "metadata and tokenizer", minimum);
   budget.Charge(resident, "resident weights (attention, embeddings, output)", minimum);
@@ -109,6 +149,7 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
   LoadedModel out;
   out.format = "gguf";
   out.kv_types = options.kv_types;
+  out.n_seqs = std::max<size_t>(options.n_seqs, 1);
   uint64_t fused_bytes = 0;
   if (options.lora.empty()) {
     out.model = Model::Open(path);
@@ -124,14 +165,26 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
   out.n_ctx = ResolveContext(c, options.n_ctx);
   out.max_batch = options.max_batch > 0 ? options.max_batch : 512;
   out.budget = std::make_shared<MemoryBudget>(options.dram_budget);
+  const uint64_t process = ProcessFootprintBytes(ThreadCount(), 0);
+  const uint64_t weights = out.model->weight_bytes();
+  auto session_bytes = [&](size_t n_seqs) {
+    return Session::MemoryBytes(c, out.n_ctx, out.max_batch, options.logits_rows, ThreadCount(),
+                                options.kv_types, n_seqs) +
+           DenseFeedForward::ScratchBytes(c.d_ff, out.max_batch);
+  };
+  if (options.n_seqs == 0) {
+    const size_t top = std::max<size_t>(options.max_auto_seqs, 1);
+    size_t b = top;
+    while (b > 1 && !out.budget->unlimited() &&
+           process + weights + fused_bytes + session_bytes(b) > out.budget->limit()) {
+      --b;
+    }
+    out.n_seqs = b;
+    out.block_note = BlockNote(b, top, *out.budget, c, out.n_ctx, options.kv_types);
+  }
   if (!out.budget->unlimited()) {
     // A GGUF runs with every weight resident: the whole file must fit.
-    const uint64_t process = ProcessFootprintBytes(ThreadCount(), 0);
-    const uint64_t weights = out.model->weight_bytes();
-    const uint64_t session = Session::MemoryBytes(c, out.n_ctx, out.max_batch,
-                                                  options.logits_rows, ThreadCount(),
-                                                  options.kv_types) +
-                             DenseFeedForward::ScratchBytes(c.d_ff, out.max_batch);
+    const uint64_t session = session_bytes(out.n_seqs);
     const uint64_t minimum = process + weights + fused_bytes + session;
     if (minimum > out.budget->limit()) {
       ThrowInputError("--dram-budget: this GGUF needs ", minimum >> 20,

@@ -23,6 +23,10 @@ struct EngineOptions {
   size_t n_ctx = 0;          // 0: the model's context length, at most 4096
   size_t max_batch = 0;      // tokens per forward pass; 0: 512 resident, 64 streamed
   size_t logits_rows = 1;    // tokens whose logits are kept (perplexity: n_ctx)
+  // Sequences a session holds (sparrow batch: the block). 0: as many as
+  // the budget holds, up to max_auto_seqs (ChooseBlock below).
+  size_t n_seqs = 1;
+  size_t max_auto_seqs = 32;
   KvCacheTypes kv_types;     // how the KV cache stores keys and values
   StreamConfig stream;       // streamed models only
   SparsityOptions sparsity;  // which FFN units each token uses (bundles only)
@@ -37,6 +41,8 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   size_t n_ctx = 0;
   size_t max_batch = 0;
+  size_t n_seqs = 1;      // what the budget was charged for: sessions hold this many
+  std::string block_note;  // how an automatic n_seqs was chosen (for --stats)
   KvCacheTypes kv_types;  // what the budget was charged for: sessions use it
   std::shared_ptr<MemoryBudget> budget;
   StreamedFeedForward* streamed = nullptr;  // set when the FFN streams
@@ -45,6 +51,16 @@ struct LoadedModel {
 
 // InputError for a file that is neither, a broken file, or a budget that
 // cannot hold the model (with the minimum).
+//
+// With options.n_seqs == 0 the block is chosen by FlexGen's reasoning for
+// one decode pass of B sequences: it reads the weights the pass needs once
+// (from flash, the FFN units the unit cache lacks: F - C(B), where each
+// sequence's KV cache and activations come out of the cache C) and
+// computes B tokens. Flash bytes per token, (F - C(1) + (B - 1) * kv) / B,
+// fall as B grows while F exceeds what is cached, and a resident model's
+// DRAM reads per token fall as 1 / B, so the largest block the budget holds
+// wins until compute dominates; max_auto_seqs caps it there (and the
+// prompts the caller has).
 LoadedModel OpenModel(const std::string& path, const EngineOptions& options);
 
 // The process's own footprint (code, libraries, heap bookkeeping, thread

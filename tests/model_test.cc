@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -78,6 +79,67 @@ TEST_CASE("sessions reject out-of-range tokens and context overflow") {
   CHECK_THROWS_AS(s.Eval(five, 5, false), InputError);
   CHECK_NOTHROW(s.Eval(five, 4, false));
   CHECK_THROWS_AS(s.Eval(five, 1, false), InputError);
+}
+
+TEST_CASE("stories260K: a batch mixing sequences gives each the logits it gets alone") {
+  std::unique_ptr<Model> model = Model::Open(SharedPath("models/stories260K.gguf"));
+  const size_t v = model->config().n_vocab;
+  const std::vector<std::string> prompts = {"Once upon a time", "The little dog ran",
+                                            "Lily had a red ball and"};
+  const size_t steps = 6;
+  // Alone: each prompt in its own session, then greedy tokens one by one.
+  std::vector<std::vector<int32_t>> tokens(prompts.size());
+  std::vector<std::vector<float>> alone(prompts.size());
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    tokens[s] = model->tokenizer().Encode(prompts[s], true);
+    Session one(*model, 64);
+    const float* l = one.Eval(tokens[s].data(), tokens[s].size(), false);
+    for (size_t i = 0; i < steps; ++i) {
+      alone[s].insert(alone[s].end(), l, l + v);
+      const int32_t next = static_cast<int32_t>(std::max_element(l, l + v) - l);
+      tokens[s].push_back(next);
+      l = one.Eval(&next, 1, false);
+    }
+  }
+  // Together: the three prompts in one pass (the last token of each asks
+  // for logits), then one pass per step with one token of each sequence.
+  Session block(*model, 64, 64, {}, prompts.size());
+  CHECK(block.n_seqs() == prompts.size());
+  std::vector<BatchToken> batch;
+  std::vector<size_t> prompt_len(prompts.size());
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    prompt_len[s] = model->tokenizer().Encode(prompts[s], true).size();
+    for (size_t i = 0; i < prompt_len[s]; ++i) {
+      batch.push_back({tokens[s][i], static_cast<uint32_t>(s), i + 1 == prompt_len[s]});
+    }
+  }
+  for (size_t i = 0; i < steps; ++i) {
+    const float* l = block.EvalBatch(batch);
+    batch.clear();
+    for (size_t s = 0; s < prompts.size(); ++s) {
+      const float* mine = l + s * v;
+      const float* ref = alone[s].data() + i * v;
+      const double spread = *std::max_element(ref, ref + v) - *std::min_element(ref, ref + v);
+      CHECK(MaxAbsDiff(mine, ref, v) < 2e-3 * spread);
+      CHECK(std::max_element(mine, mine + v) - mine == std::max_element(ref, ref + v) - ref);
+      CHECK(block.n_past(s) == prompt_len[s] + i);
+      batch.push_back({tokens[s][prompt_len[s] + i], static_cast<uint32_t>(s), true});
+    }
+  }
+  // A sequence that would overflow is refused before anything runs.
+  Session small(*model, 4, 64, {}, 2);
+  std::vector<BatchToken> over = {{1, 0, false}, {1, 1, false}, {1, 1, false}, {1, 1, false},
+                                  {1, 1, false}, {1, 1, true}};
+  CHECK_THROWS_AS(small.EvalBatch(over), InputError);
+  CHECK(small.n_past(0) == 0);
+  CHECK(small.n_past(1) == 0);
+  std::vector<BatchToken> bad_seq = {{1, 2, true}};
+  CHECK_THROWS_AS(small.EvalBatch(bad_seq), InputError);
+  small.Reset(1);
+  // The budget charges one KV cache per sequence.
+  const ModelConfig& c = model->config();
+  CHECK(Session::MemoryBytes(c, 256, 64, 1, 1, {}, 3) - Session::MemoryBytes(c, 256, 64, 1, 1, {}) ==
+        2 * KvCache::Bytes(KvShape{c.n_layers, 256, c.n_kv_heads, c.head_dim}, {}));
 }
 
 TEST_CASE("a missing model file is an InputError naming it") {

@@ -5,6 +5,7 @@
 namespace sparrow::cli {
 
 int RunCommand(int argc, char** argv);
+int BatchCommand(int argc, char** argv);
 int ChatCommand(int argc, char** argv);
 int ServeCommand(int argc, char** argv);
 int PerplexityCommand(int argc, char** argv);

@@ -25,6 +25,8 @@ struct CommandEntry {
 
 constexpr CommandEntry kCommands[] = {
     {"run", sparrow::cli::RunCommand, "generate text from a prompt"},
+    {"batch", sparrow::cli::BatchCommand,
+     "generate text for every prompt of a JSONL file, a block at a time"},
     {"chat", sparrow::cli::ChatCommand, "chat with an instruction-tuned model"},
     {"serve", sparrow::cli::ServeCommand, "serve a model over an OpenAI-compatible HTTP API"},
     {"perplexity", sparrow::cli::PerplexityCommand,

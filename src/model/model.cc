@@ -1,5 +1,7 @@
 // The forward pass of the llama family (Llama 2/3, Mistral, TinyLlama,
-// SmolLM) and qwen2, for a batch of tokens at consecutive positions:
+// SmolLM) and qwen2, for a batch of tokens, each at the position that
+// follows on in its own sequence (a prompt: one sequence at consecutive
+// positions; block decoding: one token of each of several sequences):
 //
 //   x = embedding[token]
 //   per layer:  h = rmsnorm(x);  q,k,v = Wq h (+bq), Wk h (+bk), Wv h (+bv)
@@ -93,12 +95,15 @@ KvShape ShapeOf(const ModelConfig& c, size_t n_ctx) {
 
 }  // namespace
 
-Session::Session(const Model& model, size_t n_ctx, size_t max_batch, KvCacheTypes kv_types)
+Session::Session(const Model& model, size_t n_ctx, size_t max_batch, KvCacheTypes kv_types,
+                 size_t n_seqs)
     : model_(model),
       c_(model.config()),
-      max_batch_(std::max<size_t>(1, std::min(max_batch, n_ctx))),
-      kv_(ShapeOf(model.config(), n_ctx), kv_types) {
+      max_batch_(std::max<size_t>(1, std::min(max_batch, n_ctx * std::max<size_t>(n_seqs, 1)))),
+      n_past_(std::max<size_t>(n_seqs, 1), 0) {
   if (n_ctx == 0) ThrowInputError("context size must be at least 1");
+  kv_.reserve(n_past_.size());
+  for (size_t i = 0; i < n_past_.size(); ++i) kv_.emplace_back(ShapeOf(c_, n_ctx), kv_types);
   const size_t b = max_batch_;
   x_.Reset(b * c_.d_model);
   h_.Reset(b * c_.d_model);
@@ -112,8 +117,10 @@ Session::Session(const Model& model, size_t n_ctx, size_t max_batch, KvCacheType
 }
 
 uint64_t Session::MemoryBytes(const ModelConfig& c, size_t n_ctx, size_t max_batch,
-                              size_t logits_rows, int threads, KvCacheTypes kv_types) {
-  const size_t b = std::max<size_t>(1, std::min(max_batch, n_ctx));
+                              size_t logits_rows, int threads, KvCacheTypes kv_types,
+                              size_t n_seqs) {
+  n_seqs = std::max<size_t>(n_seqs, 1);
+  const size_t b = std::max<size_t>(1, std::min(max_batch, n_ctx * n_seqs));
   const uint64_t activations = 3ull * b * c.d_model + 2ull * b * c.q_dim() + 2ull * b * c.kv_dim() +
                                2ull * b * (c.rope_dims / 2 + 1);
   const uint64_t scores = static_cast<uint64_t>(threads) * n_ctx;
@@ -122,29 +129,61 @@ uint64_t Session::MemoryBytes(const ModelConfig& c, size_t n_ctx, size_t max_bat
   // the largest matrix has needed (the dense FFN's included).
   const size_t widest = std::max({size_t{c.d_model}, size_t{c.q_dim()}, size_t{c.d_ff}});
   const uint64_t matmul_panel = ops::MatMulScratchBytes(widest, widest, b);
-  return KvCache::Bytes(ShapeOf(c, n_ctx), kv_types) +
+  return n_seqs * KvCache::Bytes(ShapeOf(c, n_ctx), kv_types) +
          (activations + scores + logits) * sizeof(float) + matmul_panel;
 }
 
 const float* Session::Eval(const int32_t* tokens, size_t n, bool all_logits) {
-  for (size_t i = 0; i < n; ++i) {
-    if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= c_.n_vocab) {
-      ThrowInputError("token id ", tokens[i], " is outside the vocabulary (",
-                      c_.n_vocab, " tokens)");
+  std::vector<BatchToken> batch(n);
+  for (size_t i = 0; i < n; ++i) batch[i] = {tokens[i], 0, all_logits || i + 1 == n};
+  return EvalBatch(batch);
+}
+
+const float* Session::EvalBatch(const std::vector<BatchToken>& batch) {
+  std::vector<size_t> added(n_past_.size(), 0);
+  size_t wanted = 0;
+  for (const BatchToken& b : batch) {
+    if (b.token < 0 || static_cast<uint32_t>(b.token) >= c_.n_vocab) {
+      ThrowInputError("token id ", b.token, " is outside the vocabulary (", c_.n_vocab,
+                      " tokens)");
+    }
+    if (b.seq >= n_past_.size()) {
+      ThrowInputError("internal: sequence ", b.seq, " of a session holding ", n_past_.size());
+    }
+    ++added[b.seq];
+    wanted += b.logits;
+  }
+  for (size_t s = 0; s < added.size(); ++s) {
+    if (added[s] > n_ctx() - n_past_[s]) {
+      ThrowInputError("context overflow: ", n_past_[s], " + ", added[s],
+                      " tokens exceed the context size ", n_ctx());
     }
   }
-  if (n > kv_.n_ctx() - n_past_) {
-    ThrowInputError("context overflow: ", n_past_, " + ", n,
-                    " tokens exceed the context size ", kv_.n_ctx());
-  }
-  logits_.resize((all_logits ? n : 1) * c_.n_vocab);
-  for (size_t done = 0; done < n;) {
-    const size_t batch = std::min(max_batch_, n - done);
-    const bool last = done + batch == n;
-    float* out = all_logits ? logits_.data() + done * c_.n_vocab
-                            : (last ? logits_.data() : nullptr);
-    Forward(tokens + done, batch, all_logits, out);
-    done += batch;
+  logits_.resize(std::max<size_t>(wanted, 1) * c_.n_vocab);
+  float* out = logits_.data();
+  for (size_t done = 0; done < batch.size();) {
+    const size_t n = std::min(max_batch_, batch.size() - done);
+    tokens_.resize(n);
+    seq_.resize(n);
+    pos_.resize(n);
+    logit_rows_.clear();
+    for (size_t t = 0; t < n; ++t) {
+      const BatchToken& b = batch[done + t];
+      tokens_[t] = b.token;
+      seq_[t] = b.seq;
+      pos_[t] = n_past_[b.seq]++;
+      if (b.logits) logit_rows_.push_back(t);
+    }
+    try {
+      Forward(n, out);
+    } catch (...) {
+      // The pass did not complete: its tokens are not part of their
+      // sequences (their KV rows may be half written).
+      for (size_t t = 0; t < n; ++t) --n_past_[seq_[t]];
+      throw;
+    }
+    out += logit_rows_.size() * c_.n_vocab;
+    done += n;
   }
   return logits_.data();
 }
@@ -153,7 +192,7 @@ void Session::RopeTables(size_t n) {
   const size_t pairs = c_.rope_dims / 2;
   const std::vector<float>& factors = model_.weights().rope_freq_factors;
   for (size_t t = 0; t < n; ++t) {
-    const float pos = static_cast<float>(n_past_ + t) * c_.rope_position_scale;
+    const float pos = static_cast<float>(pos_[t]) * c_.rope_position_scale;
     float* cos = rope_cos_.data() + t * pairs;
     float* sin = rope_sin_.data() + t * pairs;
     if (factors.empty()) {
@@ -176,33 +215,34 @@ void Session::Attention(uint32_t layer, size_t n) {
   const size_t group = c_.n_heads / c_.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t threads = static_cast<size_t>(ThreadCount());
-  if (scores_.size() < threads * kv_.n_ctx()) scores_.Reset(threads * kv_.n_ctx());
+  if (scores_.size() < threads * n_ctx()) scores_.Reset(threads * n_ctx());
   // Enough (query, head) pairs per chunk that a thread's share outweighs
   // the cost of waking it (~32K multiply-adds).
-  const size_t work_per_item = (n_past_ + n) * hd * 2;
+  const size_t longest = *std::max_element(pos_.begin(), pos_.begin() + n) + 1;
+  const size_t work_per_item = longest * hd * 2;
   const size_t grain = std::max<size_t>(1, 32768 / std::max<size_t>(work_per_item, 1));
   ParallelFor(n * c_.n_heads, grain, [&](size_t begin, size_t end, int thread) {
-    float* scratch = scores_.data() + thread * kv_.n_ctx();
+    float* scratch = scores_.data() + thread * n_ctx();
     for (size_t item = begin; item < end; ++item) {
       const size_t t = item / c_.n_heads;
       const size_t head = item % c_.n_heads;
       const size_t kv_head = head / group;
-      ops::AttentionHead(q_.data() + t * c_.q_dim() + head * hd, kv_.Keys(layer, kv_head),
-                         kv_.Values(layer, kv_head), n_past_ + t + 1, hd, scale, scratch,
+      const KvCache& kv = kv_[seq_[t]];
+      ops::AttentionHead(q_.data() + t * c_.q_dim() + head * hd, kv.Keys(layer, kv_head),
+                         kv.Values(layer, kv_head), pos_[t] + 1, hd, scale, scratch,
                          att_.data() + t * c_.q_dim() + head * hd);
     }
   });
 }
 
-void Session::Forward(const int32_t* tokens, size_t n, bool all_logits,
-                      float* logits) {
+void Session::Forward(size_t n, float* logits) {
   const ModelWeights& w = model_.weights();
   const size_t d = c_.d_model;
   const size_t pairs = c_.rope_dims / 2;
   float* x = x_.data();
   float* h = h_.data();
 
-  for (size_t t = 0; t < n; ++t) ops::GetRow(w.token_embd, tokens[t], x + t * d);
+  for (size_t t = 0; t < n; ++t) ops::GetRow(w.token_embd, tokens_[t], x + t * d);
   RopeTables(n);
 
   // The feed-forward hears where each pass begins and ends, also when an
@@ -238,8 +278,8 @@ void Session::Forward(const int32_t* tokens, size_t n, bool all_logits,
       const float* sin = rope_sin_.data() + t * pairs;
       ops::ApplyRope(q, c_.n_heads, c_.head_dim, c_.rope_dims, cos, sin, c_.rope_style);
       ops::ApplyRope(k, c_.n_kv_heads, c_.head_dim, c_.rope_dims, cos, sin, c_.rope_style);
-      kv_.StoreKeys(layer, n_past_ + t, k);
-      kv_.StoreValues(layer, n_past_ + t, v);
+      kv_[seq_[t]].StoreKeys(layer, pos_[t], k);
+      kv_[seq_[t]].StoreValues(layer, pos_[t], v);
     }
     Attention(layer, n);
     ops::MatMul(l.wo, att_.data(), n, o_.data());
@@ -254,15 +294,14 @@ void Session::Forward(const int32_t* tokens, size_t n, bool all_logits,
   pass.open = false;
   ffn.EndPass(true);
 
-  if (logits != nullptr) {
-    // Only the rows whose logits are wanted go through the output head.
-    const size_t first = all_logits ? 0 : n - 1;
-    for (size_t t = first; t < n; ++t) {
-      ops::RmsNorm(x + t * d, w.output_norm.data(), d, c_.rms_eps, h + t * d);
+  if (!logit_rows_.empty()) {
+    // Only the rows whose logits are wanted go through the output head,
+    // gathered to the front of h.
+    for (size_t i = 0; i < logit_rows_.size(); ++i) {
+      ops::RmsNorm(x + logit_rows_[i] * d, w.output_norm.data(), d, c_.rms_eps, h + i * d);
     }
-    ops::MatMul(w.output, h + first * d, n - first, logits);
+    ops::MatMul(w.output, h, logit_rows_.size(), logits);
   }
-  n_past_ += n;
 }
 
 }  // namespace sparrow

@@ -57,42 +57,74 @@ class Model {
   std::string dominant_type_;
 };
 
-// One sequence being evaluated: its KV cache and scratch. Tokens are
-// appended with Eval; positions follow on from the previous call.
+// A token of a batch that may mix sequences: its id, the sequence it
+// continues, and whether its logits are wanted.
+struct BatchToken {
+  int32_t token = 0;
+  uint32_t seq = 0;
+  bool logits = false;
+};
+
+// The sequences being evaluated (each its own KV cache and position) and
+// the scratch of the passes that run them. A pass may mix tokens of several
+// sequences (block decoding: each weight read once serves every sequence);
+// tokens of one sequence take the positions that follow on from its
+// previous ones, in batch order. The single-sequence calls (Eval, n_past,
+// Reset, Rewind) are about sequence 0.
 class Session {
  public:
-  // n_ctx: positions the KV cache holds. max_batch: tokens per forward pass;
-  // longer inputs are split. kv_types: how keys and values are stored.
+  // n_ctx: positions each sequence's KV cache holds. max_batch: tokens per
+  // forward pass; longer inputs are split. kv_types: how keys and values
+  // are stored. n_seqs: sequences held.
   Session(const Model& model, size_t n_ctx, size_t max_batch = 512,
-          KvCacheTypes kv_types = {});
+          KvCacheTypes kv_types = {}, size_t n_seqs = 1);
 
-  // Bytes a session allocates (KV cache, activations, attention scratch,
+  // Bytes a session allocates (KV caches, activations, attention scratch,
   // logits for `logits_rows` tokens), for the DRAM budget.
   static uint64_t MemoryBytes(const ModelConfig& config, size_t n_ctx, size_t max_batch,
-                              size_t logits_rows, int threads, KvCacheTypes kv_types);
+                              size_t logits_rows, int threads, KvCacheTypes kv_types,
+                              size_t n_seqs = 1);
 
-  // Runs `tokens` at positions n_past() .. and returns their logits: all of
-  // them (n x n_vocab, row-major) if all_logits, else the last token's.
-  // InputError if a token id is out of range or the context would overflow.
+  // Runs `tokens` of sequence 0 at positions n_past() .. and returns their
+  // logits: all of them (n x n_vocab, row-major) if all_logits, else the
+  // last token's. InputError if a token id is out of range or the context
+  // would overflow.
   const float* Eval(const int32_t* tokens, size_t n, bool all_logits);
 
-  size_t n_past() const { return n_past_; }
-  size_t n_ctx() const { return kv_.n_ctx(); }
-  void Reset() { n_past_ = 0; }
+  // Runs a batch that may mix sequences and returns the logits of the
+  // tokens that asked for them, one row each, in batch order. InputError
+  // (before anything runs) for a bad token id or sequence, or a sequence
+  // whose context would overflow.
+  const float* EvalBatch(const std::vector<BatchToken>& batch);
+
+  size_t n_seqs() const { return kv_.size(); }
+  size_t n_past(size_t seq = 0) const { return n_past_[seq]; }
+  size_t n_ctx() const { return kv_[0].n_ctx(); }
+  // Forgets sequence `seq` (its slot then starts a new one at position 0).
+  void Reset(size_t seq = 0) { n_past_[seq] = 0; }
   // Forgets every position from n on (a chat keeps the prefix that a new
   // prompt shares with what the cache holds, and evaluates only the rest).
-  void Rewind(size_t n) { n_past_ = n < n_past_ ? n : n_past_; }
+  void Rewind(size_t n) { n_past_[0] = n < n_past_[0] ? n : n_past_[0]; }
 
  private:
-  void Forward(const int32_t* tokens, size_t n, bool all_logits, float* logits);
+  // One pass over batch_[0..n): every token's sequence and position are in
+  // seq_ and pos_; the logits of the rows listed in logit_rows_ go to
+  // `logits`, one row each.
+  void Forward(size_t n, float* logits);
   void Attention(uint32_t layer, size_t n);
   void RopeTables(size_t n);
 
   const Model& model_;
   const ModelConfig& c_;
   size_t max_batch_;
-  size_t n_past_ = 0;
-  KvCache kv_;
+  std::vector<size_t> n_past_;  // per sequence
+  std::vector<KvCache> kv_;     // per sequence
+  // The pass being run: token ids, sequences, positions, rows whose logits
+  // are wanted.
+  std::vector<int32_t> tokens_;
+  std::vector<uint32_t> seq_;
+  std::vector<size_t> pos_;
+  std::vector<size_t> logit_rows_;
   // Per-batch activations, each max_batch rows.
   AlignedBuffer<float> x_, h_, q_, k_, v_, att_, o_;
   AlignedBuffer<float> rope_cos_, rope_sin_;  // max_batch x rope_dims/2
