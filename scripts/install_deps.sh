@@ -2,7 +2,8 @@
 # Installs the Debian packages Sparrow needs, only those missing.
 #   install_deps.sh build   compiler, Meson/Ninja, Highway, oneDNN, cxxopts, doctest, liburing,
 #                           nlohmann/json, cpp-httplib
-#   install_deps.sh test    the above plus clang (fuzzers), GNU time, and for the server's
+#   install_deps.sh test    the above plus clang (fuzzers), GNU time, GNU parallel (the
+#                           sharded `sparrow batch` recipe), and for the server's
 #                           client tests Chromium and Node.js with npm (Debian's, unless a
 #                           node and npm are already installed)
 set -euo pipefail
@@ -14,7 +15,7 @@ packages=(g++ pkg-config cmake meson ninja-build libhwy-dev libdnnl-dev ocl-icd-
           libcxxopts-dev doctest-dev liburing-dev nlohmann-json3-dev libcpp-httplib-dev
           ca-certificates)
 if [ "${1:-build}" = test ]; then
-  packages+=(clang libclang-rt-14-dev time util-linux chromium)
+  packages+=(clang libclang-rt-14-dev time util-linux chromium parallel)
   command -v node >/dev/null || packages+=(nodejs)
   command -v npm >/dev/null || packages+=(npm)
 fi

@@ -247,7 +247,11 @@ int BatchCommand(int argc, char** argv) {
       [&](BlockResult&& r) {
         nlohmann::ordered_json out;
         out["id"] = jobs[r.request].id;
-        out["text"] = tok.Decode(r.generated);
+        // The continuation as `sparrow run` prints it: the tokens' pieces
+        // (Decode would drop a leading space, as at the start of a text).
+        std::string text;
+        for (int32_t t : r.generated) text += tok.TokenToPiece(t);
+        out["text"] = text;
         out["stop"] = r.stop;
         out["prompt_tokens"] = requests[r.request].prompt.size();
         out["generated_tokens"] = r.generated.size();
