@@ -806,18 +806,26 @@ HWY_INLINE void Q6_KRows(const uint8_t* HWY_RESTRICT w, size_t row_stride,
 // K::Run<1> on the few rows left over. Each part is then read as one long
 // sequential stream, so hardware prefetchers keep kGroup streams going;
 // groups of adjacent rows would read kGroup interleaved short streams (a
-// row is a few KiB), which prefetch poorly.
-template <size_t kGroup, class K, typename... Args>
-HWY_INLINE void ForRowGroups(const uint8_t* base, size_t row_bytes,
-                             size_t row_begin, size_t row_end, float* y,
-                             Args... args) {
+// row is a few KiB), which prefetch poorly. With n inputs, each group is
+// multiplied with every input before the next: it is read from memory once
+// (then from L1), and each input's results are those it gets alone.
+template <size_t kGroup, class K, class Input>
+HWY_INLINE void ForRowGroups(const uint8_t* base, size_t row_bytes, size_t row_begin,
+                             size_t row_end, size_t cols, const Input* in, size_t n, float* y,
+                             size_t y_stride) {
   const size_t part = (row_end - row_begin) / kGroup;
   for (size_t i = 0; i < part; ++i) {
     const size_t r = row_begin + i;
-    K::template Run<kGroup>(base + r * row_bytes, part * row_bytes, args..., y + r, part);
+    for (size_t t = 0; t < n; ++t) {
+      K::template Run<kGroup>(base + r * row_bytes, part * row_bytes, cols, in[t],
+                              y + t * y_stride + r, part);
+    }
   }
   for (size_t r = row_begin + kGroup * part; r < row_end; ++r) {
-    K::template Run<1>(base + r * row_bytes, row_bytes, args..., y + r, size_t{1});
+    for (size_t t = 0; t < n; ++t) {
+      K::template Run<1>(base + r * row_bytes, row_bytes, cols, in[t], y + t * y_stride + r,
+                         size_t{1});
+    }
   }
 }
 
@@ -832,75 +840,81 @@ struct StridedRows {
   StreamAhead<kRows> pf{rows};
 };
 
+// The kernels of each type, on kRows rows `stride` bytes apart and one
+// prepared input.
 template <typename WT>
 struct FloatKernel {
-  template <size_t kRows>
-  static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t cols,
-                             const float* HWY_RESTRICT x, float* y, size_t y_stride) {
+  template <size_t kRows, class Input>
+  static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t cols, const Input& in,
+                             float* y, size_t y_stride) {
     StridedRows<kRows> s(w, stride);
-    FloatRows<WT, kRows>(s.rows, cols, x, y, y_stride, s.pf);
+    FloatRows<WT, kRows>(s.rows, cols, in.x(), y, y_stride, s.pf);
   }
 };
 struct Q8_0Kernel {
-  template <size_t kRows>
-  static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t nblocks,
-                             const int16_t* xq, const float* sx, const float* sums, float* y,
-                             size_t y_stride) {
+  template <size_t kRows, class Input>
+  static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t cols, const Input& in,
+                             float* y, size_t y_stride) {
     StridedRows<kRows> s(w, stride);
-    Q8_0Rows<kRows>(s.rows, nblocks, xq, sx, sums, y, y_stride, s.pf);
+    Q8_0Rows<kRows>(s.rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, y_stride,
+                    s.pf);
   }
 };
 struct Q4_0Kernel {
-  template <size_t kRows>
-  static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t nblocks,
-                             const int16_t* xq, const float* sx, const float* sums, float* y,
-                             size_t y_stride) {
+  template <size_t kRows, class Input>
+  static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t cols, const Input& in,
+                             float* y, size_t y_stride) {
     StridedRows<kRows> s(w, stride);
-    Q4_0Rows<kRows>(s.rows, nblocks, xq, sx, sums, y, y_stride, s.pf);
+    Q4_0Rows<kRows>(s.rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, y_stride,
+                    s.pf);
   }
 };
 struct Q4_KKernel {
-  template <size_t kRows, typename... Args>
-  static HWY_INLINE void Run(Args... args) { Q4_KRows<kRows>(args...); }
+  template <size_t kRows, class Input>
+  static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t cols, const Input& in,
+                             float* y, size_t y_stride) {
+    Q4_KRows<kRows>(w, stride, cols / 256, in.quantized(), in.scales(), in.sums(), y, y_stride);
+  }
 };
 struct Q6_KKernel {
-  template <size_t kRows, typename... Args>
-  static HWY_INLINE void Run(Args... args) { Q6_KRows<kRows>(args...); }
+  template <size_t kRows, class Input>
+  static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t cols, const Input& in,
+                             float* y, size_t y_stride) {
+    Q6_KRows<kRows>(w, stride, cols / 256, in.quantized(), in.group_scales(), in.group_sums(),
+                    y, y_stride);
+  }
 };
 
-// The caller has checked the type, that `cols` is a whole number of blocks
-// and that `in` was prepared for this type and size.
+// y[t * y_stride + r] = dot(row r, in[t]) for t < n. The caller has checked
+// the type, that `cols` is a whole number of blocks and that every input
+// was prepared for this type and size.
 template <class Input>
-HWY_INLINE void GemvImpl(TensorType type, const void* weights, size_t row_bytes,
-                         size_t cols, const Input& in, size_t row_begin,
-                         size_t row_end, float* y) {
+HWY_INLINE void GemvImpl(TensorType type, const void* weights, size_t row_bytes, size_t cols,
+                         const Input* in, size_t n, size_t row_begin, size_t row_end, float* y,
+                         size_t y_stride) {
   const uint8_t* w = static_cast<const uint8_t*>(weights);
   switch (type) {
     case TensorType::kF32:
-      return ForRowGroups<4, FloatKernel<float>>(w, row_bytes, row_begin, row_end,
-                                                 y, cols, in.x());
+      return ForRowGroups<4, FloatKernel<float>>(w, row_bytes, row_begin, row_end, cols, in, n,
+                                                 y, y_stride);
     case TensorType::kF16:
-      return ForRowGroups<4, FloatKernel<hwy::float16_t>>(
-          w, row_bytes, row_begin, row_end, y, cols, in.x());
+      return ForRowGroups<4, FloatKernel<hwy::float16_t>>(w, row_bytes, row_begin, row_end,
+                                                          cols, in, n, y, y_stride);
     case TensorType::kBF16:
-      return ForRowGroups<4, FloatKernel<hwy::bfloat16_t>>(
-          w, row_bytes, row_begin, row_end, y, cols, in.x());
+      return ForRowGroups<4, FloatKernel<hwy::bfloat16_t>>(w, row_bytes, row_begin, row_end,
+                                                           cols, in, n, y, y_stride);
     case TensorType::kQ8_0:
-      return ForRowGroups<4, Q8_0Kernel>(w, row_bytes, row_begin, row_end, y,
-                                         cols / 32, in.quantized(), in.scales(),
-                                         in.sums());
+      return ForRowGroups<4, Q8_0Kernel>(w, row_bytes, row_begin, row_end, cols, in, n, y,
+                                         y_stride);
     case TensorType::kQ4_0:
-      return ForRowGroups<4, Q4_0Kernel>(w, row_bytes, row_begin, row_end, y,
-                                         cols / 32, in.quantized(), in.scales(),
-                                         in.sums());
+      return ForRowGroups<4, Q4_0Kernel>(w, row_bytes, row_begin, row_end, cols, in, n, y,
+                                         y_stride);
     case TensorType::kQ4_K:
-      return ForRowGroups<2, Q4_KKernel>(w, row_bytes, row_begin, row_end, y,
-                                         cols / 256, in.quantized(), in.scales(),
-                                         in.sums());
+      return ForRowGroups<2, Q4_KKernel>(w, row_bytes, row_begin, row_end, cols, in, n, y,
+                                         y_stride);
     case TensorType::kQ6_K:
-      return ForRowGroups<2, Q6_KKernel>(w, row_bytes, row_begin, row_end, y,
-                                         cols / 256, in.quantized(),
-                                         in.group_scales(), in.group_sums());
+      return ForRowGroups<2, Q6_KKernel>(w, row_bytes, row_begin, row_end, cols, in, n, y,
+                                         y_stride);
     default:
       return;
   }

@@ -12,8 +12,9 @@ namespace sparrow::simd {
 namespace HWY_NAMESPACE {
 
 void GemvT(TensorType type, const void* weights, size_t row_bytes, size_t cols,
-           const GemvInput& x, size_t row_begin, size_t row_end, float* y) {
-  GemvImpl(type, weights, row_bytes, cols, x, row_begin, row_end, y);
+           const GemvInput* x, size_t n, size_t row_begin, size_t row_end, float* y,
+           size_t y_stride) {
+  GemvImpl(type, weights, row_bytes, cols, x, n, row_begin, row_end, y, y_stride);
 }
 
 void QuantizeActivationsT(const float* x, size_t n, bool pair_layout, int16_t* q,
@@ -103,12 +104,15 @@ void GemvInput::Prepare(TensorType weight_type, const float* x, size_t n) {
   }
 }
 
-void Gemv(TensorType type, const void* weights, size_t row_bytes, size_t cols,
-          const GemvInput& x, size_t row_begin, size_t row_end, float* y) {
-  if (x.weight_type() != type || x.size() != cols) {
-    throw std::invalid_argument(StrCat(
-        "Gemv: input prepared for ", TensorTypeName(x.weight_type()), " x ",
-        x.size(), ", used with ", TensorTypeName(type), " x ", cols));
+void GemvBatch(TensorType type, const void* weights, size_t row_bytes, size_t cols,
+               const GemvInput* x, size_t n, size_t row_begin, size_t row_end, float* y,
+               size_t y_stride) {
+  for (size_t t = 0; t < n; ++t) {
+    if (x[t].weight_type() != type || x[t].size() != cols) {
+      throw std::invalid_argument(StrCat(
+          "Gemv: input prepared for ", TensorTypeName(x[t].weight_type()), " x ",
+          x[t].size(), ", used with ", TensorTypeName(type), " x ", cols));
+    }
   }
   uint64_t bytes = 0;
   if (!TensorTypeBytes(type, cols, &bytes) || bytes > row_bytes) {
@@ -116,13 +120,20 @@ void Gemv(TensorType type, const void* weights, size_t row_bytes, size_t cols,
                                        " bytes cannot hold ", cols, " ",
                                        TensorTypeName(type), " elements"));
   }
-  if (row_begin >= row_end) return;
+  if (row_begin >= row_end || n == 0) return;
   if (cols == 0) {  // empty dot products (the kernels assume a block)
-    for (size_t r = row_begin; r < row_end; ++r) y[r] = 0.0f;
+    for (size_t t = 0; t < n; ++t) {
+      for (size_t r = row_begin; r < row_end; ++r) y[t * y_stride + r] = 0.0f;
+    }
     return;
   }
-  HWY_DYNAMIC_DISPATCH(GemvT)(type, weights, row_bytes, cols, x, row_begin,
-                              row_end, y);
+  HWY_DYNAMIC_DISPATCH(GemvT)(type, weights, row_bytes, cols, x, n, row_begin, row_end, y,
+                              y_stride);
+}
+
+void Gemv(TensorType type, const void* weights, size_t row_bytes, size_t cols,
+          const GemvInput& x, size_t row_begin, size_t row_end, float* y) {
+  GemvBatch(type, weights, row_bytes, cols, &x, 1, row_begin, row_end, y, 0);
 }
 
 void GemvReference(TensorType type, const void* weights, size_t row_bytes,

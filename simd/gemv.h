@@ -66,6 +66,14 @@ class GemvInput {
 void Gemv(TensorType type, const void* weights, size_t row_bytes, size_t cols,
           const GemvInput& x, size_t row_begin, size_t row_end, float* y);
 
+// The same for n inputs: y[t * y_stride + r] = dot(row r of W, x[t]) for
+// t < n. Each group of rows is read from memory once for all n inputs, and
+// each input's results are bit for bit what Gemv gives it alone (so a
+// token's results do not depend on the batch it came in).
+void GemvBatch(TensorType type, const void* weights, size_t row_bytes, size_t cols,
+               const GemvInput* x, size_t n, size_t row_begin, size_t row_end, float* y,
+               size_t y_stride);
+
 // Scalar reference: dequantizes each row to f32 and accumulates in double.
 void GemvReference(TensorType type, const void* weights, size_t row_bytes,
                    size_t cols, const float* x, size_t row_begin,

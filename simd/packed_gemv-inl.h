@@ -342,20 +342,28 @@ HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
 }
 #endif  // HWY_TARGET == HWY_SCALAR
 
+// y[t * y_stride + 8 * g + r] for the n inputs (x[t]: quantized, scales,
+// sums), each group multiplied with every input before the next.
+template <class Input>
 HWY_INLINE void PackedGemvImpl(TensorType type, const uint8_t* HWY_RESTRICT data, size_t cols,
-                               const int8_t* HWY_RESTRICT xq, const float* HWY_RESTRICT sx,
-                               const float* HWY_RESTRICT sums, size_t group_begin,
-                               size_t group_end, float* HWY_RESTRICT y) {
+                               const Input* x, size_t n, size_t group_begin, size_t group_end,
+                               float* HWY_RESTRICT y, size_t y_stride) {
   const bool k_quant = type == TensorType::kQ4_K;
   const size_t nblocks = k_quant ? cols / 256 : cols / 32;
   const size_t group_bytes = nblocks * (k_quant ? kPackedSuperBytes : kPackedBlockBytes);
   auto run = [&](size_t g, size_t g2, bool pair) HWY_ATTR {
     const uint8_t* p2 = pair ? data + g2 * group_bytes : nullptr;
-    float* y2 = pair ? y + 8 * g2 : nullptr;
-    if (k_quant) {
-      PackedQ4_KGroupImpl(data + g * group_bytes, p2, nblocks, xq, sx, sums, y + 8 * g, y2);
-    } else {
-      PackedQ4_0GroupImpl(data + g * group_bytes, p2, nblocks, xq, sx, sums, y + 8 * g, y2);
+    for (size_t t = 0; t < n; ++t) {
+      float* yt = y + t * y_stride;
+      float* y2 = pair ? yt + 8 * g2 : nullptr;
+      const int8_t* xq = x[t].quantized();
+      if (k_quant) {
+        PackedQ4_KGroupImpl(data + g * group_bytes, p2, nblocks, xq, x[t].scales(), x[t].sums(),
+                            yt + 8 * g, y2);
+      } else {
+        PackedQ4_0GroupImpl(data + g * group_bytes, p2, nblocks, xq, x[t].scales(), x[t].sums(),
+                            yt + 8 * g, y2);
+      }
     }
   };
   // Pairs (g, g + half): each half of the range is then read front to

@@ -6,6 +6,7 @@
 #include <hwy/highway.h>
 
 #include "simd/packed_gemv-inl.h"
+#include "simd/packed_gemv.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace sparrow::simd {
@@ -17,10 +18,9 @@ void QuantizeInt8T(const float* x, size_t n, int8_t* q, float* scales, float* su
   QuantizeInt8Impl(x, n, q, scales, sums);
 }
 
-void PackedGemvT(TensorType type, const uint8_t* data, size_t cols, const int8_t* xq,
-                 const float* sx, const float* sums, size_t group_begin, size_t group_end,
-                 float* y) {
-  PackedGemvImpl(type, data, cols, xq, sx, sums, group_begin, group_end, y);
+void PackedGemvT(TensorType type, const uint8_t* data, size_t cols, const PackedGemvInput* x,
+                 size_t n, size_t group_begin, size_t group_end, float* y, size_t y_stride) {
+  PackedGemvImpl(type, data, cols, x, n, group_begin, group_end, y, y_stride);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -174,17 +174,25 @@ void PackedGemvInput::Prepare(const float* x, size_t n) {
   HWY_DYNAMIC_DISPATCH(QuantizeInt8T)(x, n, q_.data(), scales_.data(), sums_.data());
 }
 
+void PackedGemvBatch(TensorType type, const uint8_t* data, size_t cols,
+                     const PackedGemvInput* x, size_t n, size_t group_begin, size_t group_end,
+                     float* y, size_t y_stride) {
+  RequireSupported(type);
+  for (size_t t = 0; t < n; ++t) {
+    if (x[t].size() != cols || cols % ShapeOf(type).elems != 0) {
+      throw std::invalid_argument(StrCat("PackedGemv: input prepared for ", x[t].size(),
+                                         " elements, used with ", cols, " ",
+                                         TensorTypeName(type), " columns"));
+    }
+  }
+  if (group_begin >= group_end || n == 0) return;
+  HWY_DYNAMIC_DISPATCH(PackedGemvT)(type, data, cols, x, n, group_begin, group_end, y,
+                                    y_stride);
+}
+
 void PackedGemv(TensorType type, const uint8_t* data, size_t cols, const PackedGemvInput& x,
                 size_t group_begin, size_t group_end, float* y) {
-  RequireSupported(type);
-  if (x.size() != cols || cols % ShapeOf(type).elems != 0) {
-    throw std::invalid_argument(StrCat("PackedGemv: input prepared for ", x.size(),
-                                       " elements, used with ", cols, " ",
-                                       TensorTypeName(type), " columns"));
-  }
-  if (group_begin >= group_end) return;
-  HWY_DYNAMIC_DISPATCH(PackedGemvT)(type, data, cols, x.quantized(), x.scales(), x.sums(),
-                                    group_begin, group_end, y);
+  PackedGemvBatch(type, data, cols, &x, 1, group_begin, group_end, y, 0);
 }
 
 void PackedGemvReference(TensorType type, const uint8_t* data, size_t cols, const float* x,

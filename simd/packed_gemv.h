@@ -87,6 +87,11 @@ class PackedGemvInput {
 // size is not one the kernels take.
 void PackedGemv(TensorType type, const uint8_t* data, size_t cols, const PackedGemvInput& x,
                 size_t group_begin, size_t group_end, float* y);
+// The same for n inputs (y[t * y_stride + ...]): each group is read once
+// for all of them, and each input's results are bit for bit PackedGemv's.
+void PackedGemvBatch(TensorType type, const uint8_t* data, size_t cols,
+                     const PackedGemvInput* x, size_t n, size_t group_begin, size_t group_end,
+                     float* y, size_t y_stride);
 
 // Scalar reference: unpacks each row and runs GemvReference (f32 x,
 // double sums).

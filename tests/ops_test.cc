@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -62,22 +63,31 @@ TEST_CASE("batched MatMul equals MatVec per token, and the reference path, for e
     SetThreadCount(threads);
     for (TensorType type : types) {
       CAPTURE(TensorTypeName(type));
-      const size_t rows = 300, cols = 512, n = 9;
+      const size_t rows = 300, cols = 512;
       const QuantizedMatrix w = MakeMatrix(type, rows, cols, 1);
-      const std::vector<float> x = RandomVector(n * cols, 2);
-      std::vector<float> batched(n * rows), single(n * rows), reference(n * rows);
-      ops::SetKernelMode(ops::KernelMode::kFast);
-      ops::MatMul(w.view, x.data(), n, batched.data());
-      for (size_t t = 0; t < n; ++t) ops::MatVec(w.view, x.data() + t * cols, single.data() + t * rows);
-      ops::SetKernelMode(ops::KernelMode::kReference);
-      ops::MatMul(w.view, x.data(), n, reference.data());
-      ops::SetKernelMode(ops::KernelMode::kFast);
-      // With oneDNN the batched path multiplies dequantized f32 weights by
-      // f32 activations, like the reference; GEMV (also the batched path
-      // without oneDNN) may quantize activations to 16 bits, costing ~1e-4
-      // of the largest output.
-      CHECK(MaxRelError(batched, reference) < (SPARROW_HAVE_ONEDNN ? 1e-5 : 1e-3));
-      CHECK(MaxRelError(single, reference) < 1e-3);
+      // 9 tokens: below every type's GEMM threshold (matmul.cc), so the
+      // batched GEMV kernels, bit for bit MatVec's per token; 40: above
+      // every plain matrix's, so oneDNN where it is built in.
+      for (size_t n : {size_t{9}, size_t{40}}) {
+        CAPTURE(n);
+        const std::vector<float> x = RandomVector(n * cols, 2);
+        std::vector<float> batched(n * rows), single(n * rows), reference(n * rows);
+        ops::SetKernelMode(ops::KernelMode::kFast);
+        ops::MatMul(w.view, x.data(), n, batched.data());
+        for (size_t t = 0; t < n; ++t) ops::MatVec(w.view, x.data() + t * cols, single.data() + t * rows);
+        ops::SetKernelMode(ops::KernelMode::kReference);
+        ops::MatMul(w.view, x.data(), n, reference.data());
+        ops::SetKernelMode(ops::KernelMode::kFast);
+        CHECK(MaxRelError(single, reference) < 1e-3);
+        if (n == 9 || !SPARROW_HAVE_ONEDNN) {
+          CHECK(batched == single);
+        } else {
+          // oneDNN multiplies dequantized f32 weights by f32 activations,
+          // like the reference; GEMV may quantize activations to 16 bits,
+          // costing ~1e-4 of the largest output.
+          CHECK(MaxRelError(batched, reference) < 1e-5);
+        }
+      }
     }
   }
   SetThreadCount(0);
@@ -122,9 +132,21 @@ TEST_CASE("packed Q4_0 and Q4_K matrices give the plain matrices' products, rows
       CHECK(MaxRelError(single, want_single) < 1e-2);
       CHECK(MaxRelError(single, std::vector<float>(want.begin(), want.begin() + rows)) < 1e-2);
       CHECK(single[rows - 1] == want_single[rows - 1]);  // the tail row runs the plain kernel
+      // Few tokens: the packed kernel per token, bit for bit.
       ops::MatMul(packed.view, x.data(), n, got.data());
-      ops::MatMul(plain.view, x.data(), n, want.data());
-      CHECK(MaxRelError(got, want) < (SPARROW_HAVE_ONEDNN ? 1e-6 : 1e-2));
+      CHECK(std::equal(single.begin(), single.end(), got.begin()));
+      for (size_t t = 1; t < n; ++t) {
+        ops::MatVec(packed.view, x.data() + t * cols, single.data());
+        CHECK(std::equal(single.begin(), single.end(), got.begin() + t * rows));
+      }
+      // Many: oneDNN on the unpacked panels where it is built in, like the
+      // plain matrix.
+      const size_t many = 260;
+      const std::vector<float> xm = RandomVector(many * cols, 5);
+      std::vector<float> got_many(many * rows), want_many(many * rows);
+      ops::MatMul(packed.view, xm.data(), many, got_many.data());
+      ops::MatMul(plain.view, xm.data(), many, want_many.data());
+      CHECK(MaxRelError(got_many, want_many) < (SPARROW_HAVE_ONEDNN ? 1e-6 : 1e-2));
     }
     SetThreadCount(0);
     for (size_t r : {size_t{0}, size_t{13}, rows - 1}) {

@@ -28,12 +28,30 @@
 namespace sparrow::ops {
 namespace {
 
-// Below this many tokens, streaming the weights once per token through the
-// GEMV kernels is about as fast as dequantizing panels for oneDNN.
-constexpr size_t kMinBatchForGemm = 4;
+// From how many tokens a batch goes through oneDNN (panels dequantized to
+// f32) instead of the batched GEMV kernels (MatVecs: each group of rows
+// read once, multiplied with every token in the integer/half kernels).
+// Measured with `sparrow bench -p N -n 0 -t 1` on 125M-shaped synthetic
+// models (Intel Xeon, AVX-512 VNNI, oneDNN 2.6), tok/s GEMV / oneDNN:
+//   Q8_0      n=16 224 / 205, n=24 235 / 284
+//   F16       n=16 233 / 192, n=24 252 / 253, n=32 257 / 296
+//   Q6_K      n=8  176 / 123, n=16 173 / 218
+//   Q4_K x8   n=32 435 / 317, n=64 438 / 450
+//   Q4_0 x8   n=64 559 / 444, n=256 524 / 528
+// (x8: packed for decode, ops::PackForDecode). Below its threshold a
+// token's results are also bit for bit those it gets alone, which keeps
+// block decoding (sparrow batch) on each sequence's own text.
+constexpr size_t kFewestForGemm = 16;  // the smallest entry below
+size_t MinBatchForGemm(const MatrixView& w) {
+  if (w.packed) return w.type == TensorType::kQ4_0 ? 256 : 64;
+  switch (w.type) {
+    case TensorType::kQ6_K: return 16;
+    default: return 24;  // Q8_0, F16; F32 and BF16 as F16
+  }
+}
 
 void MatMulByGemv(const MatrixView& w, const float* x, size_t n, float* y) {
-  for (size_t t = 0; t < n; ++t) MatVec(w, x + t * w.cols, y + t * w.rows);
+  MatVecs(w, x, n, y);
 }
 
 #if SPARROW_HAVE_ONEDNN
@@ -120,7 +138,7 @@ uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n) {
 #if SPARROW_HAVE_ONEDNN
   // MatMul's panel, sized as MatMul sizes it (f32 weights need none, but the
   // callers cannot always tell the type in advance).
-  if (n >= kMinBatchForGemm && cols > 0) {
+  if (n >= kFewestForGemm && cols > 0) {
     return uint64_t{std::min(PanelRows(cols), max_rows)} * cols * sizeof(float);
   }
 #endif
@@ -132,7 +150,7 @@ uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n) {
 
 void MatMul(const MatrixView& w, const float* x, size_t n, float* y) {
 #if SPARROW_HAVE_ONEDNN
-  if (n >= kMinBatchForGemm && GetKernelMode() == KernelMode::kFast) {
+  if (n >= MinBatchForGemm(w) && GetKernelMode() == KernelMode::kFast) {
     OneDnn& dnn = OneDnn::Get();
     if (w.type == TensorType::kF32) {
       dnn.Multiply(x, n, w.cols, reinterpret_cast<const float*>(w.data),

@@ -57,54 +57,67 @@ void PackForDecode(MatrixView& w, uint8_t* writable) {
 
 namespace {
 
-// MatVec of a packed matrix: groups of 8 rows, then the plain tail rows.
-void PackedMatVec(const MatrixView& w, const float* x, float* y) {
+// The inputs of a batch prepared once by the calling thread, read by every
+// worker (through the pointer: naming a thread_local inside a lambda would
+// give each worker its own, unprepared copy).
+template <class Input, class... PrepareArgs>
+const Input* PreparedInputs(std::vector<Input>& inputs, const float* x, size_t n, size_t cols,
+                            PrepareArgs... args) {
+  if (inputs.size() < n) inputs.resize(n);
+  for (size_t t = 0; t < n; ++t) inputs[t].Prepare(args..., x + t * cols, cols);
+  return inputs.data();
+}
+
+// MatVecs of a packed matrix: groups of 8 rows, then the plain tail rows.
+void PackedMatVecs(const MatrixView& w, const float* x, size_t n, float* y) {
   const size_t groups = w.rows / simd::kPackedRows;
   const size_t tail_begin = groups * simd::kPackedRows;
   const size_t group_grain = std::max<size_t>(1, RowGrain(w) / simd::kPackedRows);
-  if (Fast()) {
-    thread_local simd::PackedGemvInput input;  // see MatVec on thread_local
-    input.Prepare(x, w.cols);
-    const simd::PackedGemvInput* prepared = &input;
-    ParallelFor(groups, group_grain, [&](size_t begin, size_t end, int) {
-      simd::PackedGemv(w.type, w.data, w.cols, *prepared, begin, end, y);
-    });
-    if (tail_begin < w.rows) {
-      thread_local simd::GemvInput tail_input;
-      tail_input.Prepare(w.type, x, w.cols);
-      simd::Gemv(w.type, w.data, w.row_bytes, w.cols, tail_input, tail_begin, w.rows, y);
-    }
-  } else {
+  thread_local std::vector<simd::PackedGemvInput> inputs;
+  const simd::PackedGemvInput* prepared = PreparedInputs(inputs, x, n, w.cols);
+  ParallelFor(groups, group_grain, [&](size_t begin, size_t end, int) {
+    simd::PackedGemvBatch(w.type, w.data, w.cols, prepared, n, begin, end, y, w.rows);
+  });
+  if (tail_begin < w.rows) {
+    thread_local std::vector<simd::GemvInput> tail_inputs;
+    const simd::GemvInput* tail = PreparedInputs(tail_inputs, x, n, w.cols, w.type);
+    simd::GemvBatch(w.type, w.data, w.row_bytes, w.cols, tail, n, tail_begin, w.rows, y, w.rows);
+  }
+}
+
+void ReferenceMatVec(const MatrixView& w, const float* x, float* y) {
+  if (w.packed) {
+    const size_t groups = w.rows / simd::kPackedRows;
+    const size_t tail_begin = groups * simd::kPackedRows;
+    const size_t group_grain = std::max<size_t>(1, RowGrain(w) / simd::kPackedRows);
     ParallelFor(groups, group_grain, [&](size_t begin, size_t end, int) {
       simd::PackedGemvReference(w.type, w.data, w.cols, x, begin, end, y);
     });
     simd::GemvReference(w.type, w.data, w.row_bytes, w.cols, x, tail_begin, w.rows, y);
+    return;
   }
+  ParallelFor(w.rows, RowGrain(w), [&](size_t begin, size_t end, int) {
+    simd::GemvReference(w.type, w.data, w.row_bytes, w.cols, x, begin, end, y);
+  });
 }
 
 }  // namespace
 
-void MatVec(const MatrixView& w, const float* x, float* y) {
-  if (w.packed) {
-    PackedMatVec(w, x, y);
-  } else if (Fast()) {
-    // Prepared once by the calling thread, read by every worker (through
-    // the pointer: naming a thread_local inside the lambda would give each
-    // worker its own, unprepared copy).
-    thread_local simd::GemvInput input;
-    input.Prepare(w.type, x, w.cols);
-    const simd::GemvInput* prepared = &input;
-    ParallelFor(w.rows, RowGrain(w), [&](size_t begin, size_t end, int) {
-      simd::Gemv(w.type, w.data, w.row_bytes, w.cols, *prepared, begin, end,
-                 y);
-    });
-  } else {
-    ParallelFor(w.rows, RowGrain(w), [&](size_t begin, size_t end, int) {
-      simd::GemvReference(w.type, w.data, w.row_bytes, w.cols, x, begin, end,
-                          y);
-    });
+void MatVecs(const MatrixView& w, const float* x, size_t n, float* y) {
+  if (n == 0) return;
+  if (!Fast()) {
+    for (size_t t = 0; t < n; ++t) ReferenceMatVec(w, x + t * w.cols, y + t * w.rows);
+    return;
   }
+  if (w.packed) return PackedMatVecs(w, x, n, y);
+  thread_local std::vector<simd::GemvInput> inputs;
+  const simd::GemvInput* prepared = PreparedInputs(inputs, x, n, w.cols, w.type);
+  ParallelFor(w.rows, RowGrain(w), [&](size_t begin, size_t end, int) {
+    simd::GemvBatch(w.type, w.data, w.row_bytes, w.cols, prepared, n, begin, end, y, w.rows);
+  });
 }
+
+void MatVec(const MatrixView& w, const float* x, float* y) { MatVecs(w, x, 1, y); }
 
 void GetRow(const MatrixView& w, size_t r, float* out) {
   thread_local std::vector<uint8_t> scratch;

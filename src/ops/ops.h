@@ -50,10 +50,15 @@ void PackForDecode(MatrixView& w, uint8_t* writable);
 
 // y = W x (x has cols entries, y has rows), threaded over rows.
 void MatVec(const MatrixView& w, const float* x, float* y);
+// MatVec for n tokens (x: n x cols, y: n x rows): each token's results are
+// bit for bit MatVec's, and each group of rows is read from memory once for
+// all n (then from L1), so a batch costs about one pass over the weights.
+void MatVecs(const MatrixView& w, const float* x, size_t n, float* y);
 
 // y[t] = W x[t] for t < n: x is n x cols, y is n x rows, both row-major.
 // Large batches go through oneDNN (f32 weights directly, other types
-// dequantized panel by panel); small ones run MatVec per token.
+// dequantized panel by panel); smaller ones (up to a size measured per
+// weight type, matmul.cc) through MatVecs, bit for bit MatVec's results.
 void MatMul(const MatrixView& w, const float* x, size_t n, float* y);
 // Bytes of the panel MatMul keeps on its calling thread for batches of up to
 // n tokens over matrices of at most `max_rows` rows of `cols` elements
