@@ -168,7 +168,8 @@ HWY_INLINE void PackedQ4_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
   const auto low4 = hn::Set(du8, 15);
   const uint8_t* qa = pa + kPackedScaleBytes + bytes * part_a;
   const uint8_t* qb = pb + kPackedScaleBytes + bytes * part_b;
-  auto dot_a = hn::Zero(di16), dot_b = hn::Zero(di16);
+  using Dots = ByteDotSum<DU8>;
+  auto dot_a = Dots::Zero(), dot_b = Dots::Zero();
   for (size_t k = 0; k < 4; ++k) {
     int32_t x_lo, x_hi;
     std::memcpy(&x_lo, xb + 4 * k, 4);
@@ -177,10 +178,10 @@ HWY_INLINE void PackedQ4_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
     const auto xh = hn::BitCast(du8, hn::Set(di32, x_hi));
     const auto wa = hn::LoadU(du8, qa + 32 * k);
     const auto wb = hn::LoadU(du8, qb + 32 * k);
-    dot_a = hn::Add(dot_a, MulAddBytePairs(du8, hn::And(wa, low4), xl));
-    dot_b = hn::Add(dot_b, MulAddBytePairs(du8, hn::And(wb, low4), xl));
-    dot_a = hn::Add(dot_a, MulAddBytePairs(du8, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wa))), low4), xh));
-    dot_b = hn::Add(dot_b, MulAddBytePairs(du8, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wb))), low4), xh));
+    dot_a = Dots::Add(du8, dot_a, hn::And(wa, low4), xl);
+    dot_b = Dots::Add(du8, dot_b, hn::And(wb, low4), xl);
+    dot_a = Dots::Add(du8, dot_a, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wa))), low4), xh);
+    dot_b = Dots::Add(du8, dot_b, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wb))), low4), xh);
   }
   const auto scale_a = hn::Mul(
       PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(pa) + bytes / 4 * part_a)),
@@ -188,8 +189,8 @@ HWY_INLINE void PackedQ4_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
   const auto scale_b = hn::Mul(
       PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(pb) + bytes / 4 * part_b)),
       vsx);
-  acc_a = hn::MulAdd(hn::ConvertTo(df, SumInt16Pairs(di16, dot_a)), scale_a, acc_a);
-  acc_b = hn::MulAdd(hn::ConvertTo(df, SumInt16Pairs(di16, dot_b)), scale_b, acc_b);
+  acc_a = hn::MulAdd(hn::ConvertTo(df, Dots::Total(dot_a)), scale_a, acc_a);
+  acc_b = hn::MulAdd(hn::ConvertTo(df, Dots::Total(dot_b)), scale_b, acc_b);
   off_a = hn::MulAdd(scale_a, vsum, off_a);
   off_b = hn::MulAdd(scale_b, vsum, off_b);
 }
@@ -238,12 +239,12 @@ HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
 }
 
 // A vector's rows (all 8, or 4 on 128-bit targets) of one packed Q4_K
-// sub-block pair g, given their int16 dot products for sub-blocks 2g (a16)
-// and 2g + 1 (b16): adds the scaled dots to `acc` and the mins' share to
+// sub-block pair g, given their int32 dot products for sub-blocks 2g (a32)
+// and 2g + 1 (b32): adds the scaled dots to `acc` and the mins' share to
 // `mins`.
-template <class DI16, class DF>
-HWY_INLINE void PackedQ4_KApply(DI16 di16, DF df, const uint8_t* HWY_RESTRICT p, size_t row0,
-                                size_t g, hn::Vec<DI16> a16, hn::Vec<DI16> b16,
+template <class V32, class DF>
+HWY_INLINE void PackedQ4_KApply(DF df, const uint8_t* HWY_RESTRICT p, size_t row0,
+                                size_t g, V32 a32, V32 b32,
                                 hn::Vec<DF> d, hn::Vec<DF> dmin,
                                 const float* HWY_RESTRICT sx, const float* HWY_RESTRICT sums,
                                 hn::Vec<DF>& acc, hn::Vec<DF>& mins) {
@@ -258,7 +259,7 @@ HWY_INLINE void PackedQ4_KApply(DI16 di16, DF df, const uint8_t* HWY_RESTRICT p,
     const auto m = hn::Or(m_low, hn::ShiftLeft<4>(hn::ShiftRight<6>(b)));
     const auto vsx = hn::Set(df, sx[s]);
     const auto scale = hn::Mul(hn::Mul(d, hn::ConvertTo(df, sc)), vsx);
-    acc = hn::MulAdd(hn::ConvertTo(df, SumInt16Pairs(di16, h ? b16 : a16)), scale, acc);
+    acc = hn::MulAdd(hn::ConvertTo(df, h ? b32 : a32), scale, acc);
     mins = hn::MulAdd(hn::Mul(dmin, hn::ConvertTo(df, m)), hn::Mul(vsx, hn::Set(df, sums[s])),
                       mins);
   }
@@ -286,7 +287,8 @@ HWY_INLINE void PackedQ4_KParts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
   const auto d_a = half(pa, row_a), dmin_a = half(pa + kPackedKDmin, row_a);
   const auto d_b = half(pb, row_b), dmin_b = half(pb + kPackedKDmin, row_b);
   for (size_t g = 0; g < 4; ++g) {
-    auto a16 = hn::Zero(di16), b16 = hn::Zero(di16), c16 = hn::Zero(di16), e16 = hn::Zero(di16);
+    using Dots = ByteDotSum<DU8>;
+    auto a = Dots::Zero(), b = Dots::Zero(), c = Dots::Zero(), e = Dots::Zero();
     const uint8_t* qa = pa + kPackedKQs + 256 * g + bytes * part_a;
     const uint8_t* qb = pb + kPackedKQs + 256 * g + bytes * part_b;
     const int8_t* xg = xs + 64 * g;
@@ -298,13 +300,15 @@ HWY_INLINE void PackedQ4_KParts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
       const auto xh = hn::BitCast(du8, hn::Set(di32, x_hi));
       const auto wa = hn::LoadU(du8, qa + 32 * k);
       const auto wb = hn::LoadU(du8, qb + 32 * k);
-      a16 = hn::Add(a16, MulAddBytePairs(du8, hn::And(wa, low4), xl));
-      c16 = hn::Add(c16, MulAddBytePairs(du8, hn::And(wb, low4), xl));
-      b16 = hn::Add(b16, MulAddBytePairs(du8, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wa))), low4), xh));
-      e16 = hn::Add(e16, MulAddBytePairs(du8, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wb))), low4), xh));
+      a = Dots::Add(du8, a, hn::And(wa, low4), xl);
+      c = Dots::Add(du8, c, hn::And(wb, low4), xl);
+      b = Dots::Add(du8, b, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wa))), low4), xh);
+      e = Dots::Add(du8, e, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wb))), low4), xh);
     }
-    PackedQ4_KApply(di16, df, pa, row_a, g, a16, b16, d_a, dmin_a, sx, sums, acc_a, mins_a);
-    PackedQ4_KApply(di16, df, pb, row_b, g, c16, e16, d_b, dmin_b, sx, sums, acc_b, mins_b);
+    PackedQ4_KApply(df, pa, row_a, g, Dots::Total(a), Dots::Total(b), d_a, dmin_a, sx, sums,
+                    acc_a, mins_a);
+    PackedQ4_KApply(df, pb, row_b, g, Dots::Total(c), Dots::Total(e), d_b, dmin_b, sx, sums,
+                    acc_b, mins_b);
   }
 }
 

@@ -36,14 +36,15 @@ namespace {
 //   Q8_0      n=16 224 / 205, n=24 235 / 284
 //   F16       n=16 233 / 192, n=24 252 / 253, n=32 257 / 296
 //   Q6_K      n=8  176 / 123, n=16 173 / 218
-//   Q4_K x8   n=32 435 / 317, n=64 438 / 450
-//   Q4_0 x8   n=64 559 / 444, n=256 524 / 528
-// (x8: packed for decode, ops::PackForDecode). Below its threshold a
+//   Q4_K x8   n=64 512 / 452, n=128 488 / 533
+//   Q4_0 x8   n=128 599 / 627, n=256 586 / 569, n=512 515 / 504
+// (x8: packed for decode, ops::PackForDecode; with the VNNI byte dots of
+// simd/int8_dot-inl.h). Below its threshold a
 // token's results are also bit for bit those it gets alone, which keeps
 // block decoding (sparrow batch) on each sequence's own text.
 constexpr size_t kFewestForGemm = 16;  // the smallest entry below
 size_t MinBatchForGemm(const MatrixView& w) {
-  if (w.packed) return w.type == TensorType::kQ4_0 ? 256 : 64;
+  if (w.packed) return w.type == TensorType::kQ4_0 ? 256 : 128;
   switch (w.type) {
     case TensorType::kQ6_K: return 16;
     default: return 24;  // Q8_0, F16; F32 and BF16 as F16
