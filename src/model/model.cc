@@ -134,9 +134,9 @@ uint64_t Session::MemoryBytes(const ModelConfig& c, size_t n_ctx, size_t max_bat
 }
 
 const float* Session::Eval(const int32_t* tokens, size_t n, bool all_logits) {
-  std::vector<BatchToken> batch(n);
-  for (size_t i = 0; i < n; ++i) batch[i] = {tokens[i], 0, all_logits || i + 1 == n};
-  return EvalBatch(batch);
+  single_.resize(n);
+  for (size_t i = 0; i < n; ++i) single_[i] = {tokens[i], 0, all_logits || i + 1 == n};
+  return EvalBatch(single_);
 }
 
 const float* Session::EvalBatch(const std::vector<BatchToken>& batch) {
