@@ -2,7 +2,7 @@
 //
 // Which types go where: oneDNN's f32 matmul does every batched product. F32
 // weights are handed to it as they are. F16, BF16 and the block-quantized
-// types are dequantized to f32 one panel of rows at a time (PanelRows rows,
+// types are dequantized to f32 one panel of rows at a time (F32PanelRows rows,
 // a few MiB, so the panel stays in cache) and each panel is multiplied by
 // the whole batch, which amortizes the dequantization over all tokens.
 // oneDNN 2.6 has no matmul for ggml's block formats (per-32-element scales),
@@ -19,6 +19,7 @@
 #include "simd/quantize.h"
 #include "sparrow_config.h"
 #include "src/ops/ops.h"
+#include "src/ops/panel.h"
 #include "base/threads.h"
 
 #if SPARROW_HAVE_ONEDNN
@@ -125,11 +126,6 @@ class OneDnn {
   std::unordered_map<Key, dnnl::matmul, KeyHash> cache_;
 };
 
-// Rows per dequantized panel: about 4 MiB of f32.
-size_t PanelRows(size_t cols) {
-  const size_t rows = (4u << 20) / (cols * sizeof(float));
-  return std::max<size_t>(16, rows / 16 * 16);
-}
 
 #endif  // SPARROW_HAVE_ONEDNN
 
@@ -140,7 +136,7 @@ uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n) {
   // MatMul's panel, sized as MatMul sizes it (f32 weights need none, but the
   // callers cannot always tell the type in advance).
   if (n >= kFewestForGemm && cols > 0) {
-    return uint64_t{std::min(PanelRows(cols), max_rows)} * cols * sizeof(float);
+    return uint64_t{std::min(F32PanelRows(cols), max_rows)} * cols * sizeof(float);
   }
 #endif
   (void)cols;
@@ -158,7 +154,7 @@ void MatMul(const MatrixView& w, const float* x, size_t n, float* y) {
                    w.row_bytes / sizeof(float), w.rows, y, w.rows);
       return;
     }
-    const size_t panel_rows = std::min(PanelRows(w.cols), w.rows);
+    const size_t panel_rows = std::min(F32PanelRows(w.cols), w.rows);
     thread_local AlignedBuffer<float> panel;
     if (panel.size() < panel_rows * w.cols) panel.Reset(panel_rows * w.cols);
     float* panel_data = panel.data();

@@ -29,6 +29,7 @@
 #include "simd/vector_ops.h"
 #include "sparrow_config.h"
 #include "src/ops/ops.h"
+#include "src/ops/panel.h"
 #include "base/threads.h"
 
 namespace sparrow::ops {
@@ -111,11 +112,6 @@ void AxpyRangeByRow(const RowSet& rows, const float* a, size_t n, size_t begin, 
 }
 
 #if SPARROW_HAVE_ONEDNN
-// Rows per f32 panel of RowDotsByPanels: about 4 MiB, like MatMul's own.
-size_t RowPanelRows(size_t cols) {
-  return std::max<size_t>(16, (4u << 20) / (cols * sizeof(float)) / 16 * 16);
-}
-
 // Large batches: f32 panels of the rows through MatMul (oneDNN). Contiguous
 // rows are a plain strided matrix, which MatMul converts itself (F32 ones
 // it hands to oneDNN as they are, so they must be whole floats apart).
@@ -134,7 +130,7 @@ void RowDotsByPanels(const RowSet& rows, const float* x, size_t n, float* out) {
     return;
   }
   const size_t cols = rows.cols;
-  const size_t panel_rows = std::min(rows.count, RowPanelRows(cols));
+  const size_t panel_rows = std::min(rows.count, F32PanelRows(cols));
   thread_local AlignedBuffer<float> panel, result;  // RowDotsScratchBytes
   if (panel.size() < panel_rows * cols) panel.Reset(panel_rows * cols);
   if (result.size() < n * panel_rows) result.Reset(n * panel_rows);
@@ -163,12 +159,13 @@ void RowDotsByPanels(const RowSet& rows, const float* x, size_t n, float* out) {
 
 uint64_t RowDotsScratchBytes(size_t cols, size_t max_rows, size_t n) {
 #if SPARROW_HAVE_ONEDNN
-  // RowDotsByPanels' panel and result, sized as it sizes them, and the
-  // panel of MatMul, which takes contiguous rows of a quantized type itself.
+  // RowDotsByPanels' panel and result, sized as it sizes them. MatMul's own
+  // panel (contiguous rows of a quantized type go to MatMul as they are) is
+  // one buffer of the calling thread, charged once with the session's
+  // scratch (Session::MemoryBytes), not again here.
   if (n >= kMinBatchForPanels && cols > 0) {
-    const uint64_t panel_rows = std::min(max_rows, RowPanelRows(cols));
-    return (panel_rows * cols + n * panel_rows) * sizeof(float) +
-           MatMulScratchBytes(cols, max_rows, n);
+    const uint64_t panel_rows = std::min(max_rows, F32PanelRows(cols));
+    return (panel_rows * cols + n * panel_rows) * sizeof(float);
   }
 #endif
   (void)cols;
