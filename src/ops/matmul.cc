@@ -1,15 +1,17 @@
 // Batched matrix products for prompt processing and perplexity.
 //
-// Which types go where: oneDNN's f32 matmul does every batched product. F32
-// weights are handed to it as they are. F16, BF16 and the block-quantized
-// types are dequantized to f32 one panel of rows at a time (F32PanelRows rows,
-// a few MiB, so the panel stays in cache) and each panel is multiplied by
-// the whole batch, which amortizes the dequantization over all tokens.
-// oneDNN 2.6 has no matmul for ggml's block formats (per-32-element scales),
-// and its bf16/f16 paths would round the activations too; f32 keeps the
-// batched path numerically equal to the decode path's to ~1e-6.
-// Batches too small to pay for this (and builds without oneDNN, e.g. Termux)
-// run the Highway GEMV once per token.
+// Which types go where: batches below a size measured per weight type
+// (MinBatchForGemm below) run the Highway GEMV kernels for all their tokens
+// at once (ops::MatVecs: each group of rows read once and multiplied with
+// every token, bit for bit each token's MatVec result). Larger ones go to
+// oneDNN's f32 matmul: F32 weights as they are; F16, BF16 and the
+// block-quantized types dequantized to f32 one panel of rows at a time
+// (F32PanelRows rows, a few MiB, so the panel stays in cache), each panel
+// multiplied by the whole batch, which amortizes the dequantization over
+// all tokens. oneDNN 2.6 has no matmul for ggml's block formats
+// (per-32-element scales), and its bf16/f16 paths would round the
+// activations too; f32 keeps it numerically equal to the decode path's to
+// ~1e-6. Builds without oneDNN (e.g. Termux) run MatVecs for every batch.
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
