@@ -61,6 +61,23 @@ HWY_EXPORT(QuantizeActivationsT);
 
 bool GemvSupports(TensorType type) { return TensorTypeCan(type, TypeAbility::kGemv); }
 
+GemvInput::Sizes GemvInput::SizesFor(TensorType weight_type, size_t n) {
+  Sizes s;
+  s.x = n + kGemvPadFloats;
+  if (!IsQuantized(weight_type)) return s;
+  const size_t blocks = n / 32;
+  s.q = n + 256;
+  s.scales = s.sums = blocks + kGemvPadFloats;
+  if (weight_type == TensorType::kQ6_K) s.group_sums = s.group_scales = 2 * blocks + kGemvPadFloats;
+  return s;
+}
+
+uint64_t GemvInput::Bytes(TensorType weight_type, size_t n) {
+  const Sizes s = SizesFor(weight_type, n);
+  return (s.x + s.scales + s.sums + s.group_sums + s.group_scales) * sizeof(float) +
+         s.q * sizeof(int16_t);
+}
+
 void GemvInput::Prepare(TensorType weight_type, const float* x, size_t n) {
   if (!GemvSupports(weight_type)) {
     ThrowInputError("no GEMV kernel for tensor type ",
@@ -73,7 +90,8 @@ void GemvInput::Prepare(TensorType weight_type, const float* x, size_t n) {
   }
   type_ = weight_type;
   n_ = n;
-  Reserve(x_, n + kGemvPadFloats);
+  const Sizes sizes = SizesFor(weight_type, n);
+  Reserve(x_, sizes.x);
   std::memcpy(x_.data(), x, n * sizeof(float));
   if (!IsQuantized(weight_type)) return;
 
@@ -81,14 +99,14 @@ void GemvInput::Prepare(TensorType weight_type, const float* x, size_t n) {
   // Q4_0 pairs blocks (gemv-inl.h: PairLayoutIndex); an odd last block gets
   // a zero partner.
   const bool pairs = weight_type == TensorType::kQ4_0;
-  Reserve(q_, n + 256);
+  Reserve(q_, sizes.q);
   if (pairs && blocks % 2 == 1) std::memset(q_.data() + 32 * (blocks - 1), 0, 64 * sizeof(int16_t));
-  Reserve(scales_, blocks + kGemvPadFloats);
-  Reserve(sums_, blocks + kGemvPadFloats);
+  Reserve(scales_, sizes.scales);
+  Reserve(sums_, sizes.sums);
   const bool groups = weight_type == TensorType::kQ6_K;
   if (groups) {
-    Reserve(group_sums_, 2 * blocks + kGemvPadFloats);
-    Reserve(group_scales_, 2 * blocks + kGemvPadFloats);
+    Reserve(group_sums_, sizes.group_sums);
+    Reserve(group_scales_, sizes.group_scales);
   }
   HWY_DYNAMIC_DISPATCH(QuantizeActivationsT)(
       x, n, pairs, q_.data(), scales_.data(), sums_.data(),

@@ -31,6 +31,8 @@ class GemvInput {
   // `n` must be a whole number of the type's blocks (InputError otherwise).
   // Reuses its buffers when they are big enough.
   void Prepare(TensorType weight_type, const float* x, size_t n);
+  // Bytes Prepare allocates for this type and size (for the DRAM budget).
+  static uint64_t Bytes(TensorType weight_type, size_t n);
 
   TensorType weight_type() const { return type_; }
   size_t size() const { return n_; }
@@ -48,6 +50,13 @@ class GemvInput {
   const float* group_scales() const { return group_scales_.data(); }
 
  private:
+  // Elements of each buffer for a type and size: Prepare allocates them,
+  // Bytes adds them up.
+  struct Sizes {
+    size_t x = 0, q = 0, scales = 0, sums = 0, group_sums = 0, group_scales = 0;
+  };
+  static Sizes SizesFor(TensorType weight_type, size_t n);
+
   TensorType type_ = TensorType::kF32;
   size_t n_ = 0;
   AlignedBuffer<float> x_;

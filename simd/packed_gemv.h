@@ -67,6 +67,8 @@ class PackedGemvInput {
  public:
   // `n` must be a multiple of 32 (InputError otherwise).
   void Prepare(const float* x, size_t n);
+  // Bytes Prepare allocates for `n` elements (for the DRAM budget).
+  static uint64_t Bytes(size_t n) { return n * sizeof(int8_t) + 2 * (n / 32) * sizeof(float); }
   size_t size() const { return n_; }
   const int8_t* quantized() const { return q_.data(); }
   // Per block of 32: x ~ quantized * scale (NaN if the block has a

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "base/aligned_buffer.h"
+#include "simd/gemv.h"
+#include "simd/packed_gemv.h"
 #include "simd/quantize.h"
 #include "sparrow_config.h"
 #include "src/ops/ops.h"
@@ -45,13 +47,28 @@ namespace {
 // simd/int8_dot-inl.h). Below its threshold a
 // token's results are also bit for bit those it gets alone, which keeps
 // block decoding (sparrow batch) on each sequence's own text.
-constexpr size_t kFewestForGemm = 16;  // the smallest entry below
+constexpr size_t kFewestForGemm = 16;        // the smallest entry below
+constexpr size_t kMostForPlainGemm = 24;     // the largest for plain matrices
+constexpr size_t kMostForPackedGemm = 256;   // the largest for packed ones
 size_t MinBatchForGemm(const MatrixView& w) {
-  if (w.packed) return w.type == TensorType::kQ4_0 ? 256 : 128;
+  if (w.packed) return w.type == TensorType::kQ4_0 ? kMostForPackedGemm : 128;
   switch (w.type) {
-    case TensorType::kQ6_K: return 16;
-    default: return 24;  // Q8_0, F16; F32 and BF16 as F16
+    case TensorType::kQ6_K: return kFewestForGemm;
+    default: return kMostForPlainGemm;  // Q8_0, F16; F32 and BF16 as F16
   }
+}
+
+// What MatVecs keeps prepared for a batch of n tokens of `cols` elements,
+// at most (thread_locals of ops.cc, sized by the inputs' own Bytes): one
+// input per token for the batches that stay on the GEMV kernels (all of
+// them without oneDNN; Q6_K's inputs are the largest plain ones), plus the
+// packed tail's one input.
+uint64_t MatVecsInputBytes(size_t cols, size_t n, bool with_gemm) {
+  const size_t plain = with_gemm ? std::min(n, kMostForPlainGemm - 1) : n;
+  const size_t packed = with_gemm ? std::min(n, kMostForPackedGemm - 1) : n;
+  return plain * simd::GemvInput::Bytes(TensorType::kQ6_K, cols) +
+         packed * simd::PackedGemvInput::Bytes(cols) +
+         simd::GemvInput::Bytes(TensorType::kQ6_K, cols);
 }
 
 void MatMulByGemv(const MatrixView& w, const float* x, size_t n, float* y) {
@@ -134,17 +151,18 @@ class OneDnn {
 }  // namespace
 
 uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n) {
+  if (cols == 0 || n == 0) return 0;
 #if SPARROW_HAVE_ONEDNN
   // MatMul's panel, sized as MatMul sizes it (f32 weights need none, but the
   // callers cannot always tell the type in advance).
-  if (n >= kFewestForGemm && cols > 0) {
-    return uint64_t{std::min(F32PanelRows(cols), max_rows)} * cols * sizeof(float);
-  }
-#endif
-  (void)cols;
+  const uint64_t panel =
+      n >= kFewestForGemm ? uint64_t{std::min(F32PanelRows(cols), max_rows)} * cols * sizeof(float)
+                          : 0;
+  return panel + MatVecsInputBytes(cols, n, /*with_gemm=*/true);
+#else
   (void)max_rows;
-  (void)n;
-  return 0;
+  return MatVecsInputBytes(cols, n, /*with_gemm=*/false);
+#endif
 }
 
 void MatMul(const MatrixView& w, const float* x, size_t n, float* y) {

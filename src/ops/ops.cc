@@ -78,10 +78,11 @@ void PackedMatVecs(const MatrixView& w, const float* x, size_t n, float* y) {
   ParallelFor(groups, group_grain, [&](size_t begin, size_t end, int) {
     simd::PackedGemvBatch(w.type, w.data, w.cols, prepared, n, begin, end, y, w.rows);
   });
-  if (tail_begin < w.rows) {
-    thread_local std::vector<simd::GemvInput> tail_inputs;
-    const simd::GemvInput* tail = PreparedInputs(tail_inputs, x, n, w.cols, w.type);
-    simd::GemvBatch(w.type, w.data, w.row_bytes, w.cols, tail, n, tail_begin, w.rows, y, w.rows);
+  // The few tail rows (fewer than 8) token by token, through one input.
+  thread_local simd::GemvInput tail;
+  for (size_t t = 0; t < n && tail_begin < w.rows; ++t) {
+    tail.Prepare(w.type, x + t * w.cols, w.cols);
+    simd::Gemv(w.type, w.data, w.row_bytes, w.cols, tail, tail_begin, w.rows, y + t * w.rows);
   }
 }
 

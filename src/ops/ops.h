@@ -60,9 +60,10 @@ void MatVecs(const MatrixView& w, const float* x, size_t n, float* y);
 // dequantized panel by panel); smaller ones (up to a size measured per
 // weight type, matmul.cc) through MatVecs, bit for bit MatVec's results.
 void MatMul(const MatrixView& w, const float* x, size_t n, float* y);
-// Bytes of the panel MatMul keeps on its calling thread for batches of up to
-// n tokens over matrices of at most `max_rows` rows of `cols` elements
-// (0 where it needs none: small batches, builds without oneDNN).
+// Bytes MatMul (and MatVec/MatVecs) keep on the calling thread for batches
+// of up to n tokens over matrices of at most `max_rows` rows of `cols`
+// elements: the dequantized panel of oneDNN batches and the prepared inputs
+// of the GEMV kernels.
 uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n);
 
 // A set of stored vectors ("rows") of one type and length: row k is at

@@ -158,20 +158,28 @@ void RowDotsByPanels(const RowSet& rows, const float* x, size_t n, float* out) {
 }  // namespace
 
 uint64_t RowDotsScratchBytes(size_t cols, size_t max_rows, size_t n) {
+  if (cols == 0 || n == 0) return 0;
+  // The gather kernels' prepared inputs, one per token (RowDots' own
+  // thread_local; Q8_0's and Q4_0's are the largest of the record types).
+  const auto inputs = [&](size_t tokens) {
+    return tokens * std::max(simd::GemvInput::Bytes(TensorType::kQ8_0, cols),
+                             simd::GemvInput::Bytes(TensorType::kQ4_0, cols));
+  };
 #if SPARROW_HAVE_ONEDNN
   // RowDotsByPanels' panel and result, sized as it sizes them. MatMul's own
   // panel (contiguous rows of a quantized type go to MatMul as they are) is
   // one buffer of the calling thread, charged once with the session's
   // scratch (Session::MemoryBytes), not again here.
-  if (n >= kMinBatchForPanels && cols > 0) {
+  const uint64_t gather = inputs(std::min(n, kMinBatchForPanels - 1));
+  if (n >= kMinBatchForPanels) {
     const uint64_t panel_rows = std::min(max_rows, F32PanelRows(cols));
-    return (panel_rows * cols + n * panel_rows) * sizeof(float);
+    return gather + (panel_rows * cols + n * panel_rows) * sizeof(float);
   }
-#endif
-  (void)cols;
+  return gather;
+#else
   (void)max_rows;
-  (void)n;
-  return 0;
+  return inputs(n);
+#endif
 }
 
 void RowDots(const RowSet& rows, const float* x, size_t n, float* out) {
