@@ -50,7 +50,7 @@ namespace {
 constexpr size_t kFewestForGemm = 16;        // the smallest entry below
 constexpr size_t kMostForPlainGemm = 24;     // the largest for plain matrices
 constexpr size_t kMostForPackedGemm = 256;   // the largest for packed ones
-size_t MinBatchForGemm(const MatrixView& w) {
+[[maybe_unused]] size_t MinBatchForGemm(const MatrixView& w) {  // oneDNN builds only
   if (w.packed) return w.type == TensorType::kQ4_0 ? kMostForPackedGemm : 128;
   switch (w.type) {
     case TensorType::kQ6_K: return kFewestForGemm;
