@@ -140,7 +140,8 @@ const float* Session::Eval(const int32_t* tokens, size_t n, bool all_logits) {
 }
 
 const float* Session::EvalBatch(const std::vector<BatchToken>& batch) {
-  std::vector<size_t> added(n_past_.size(), 0);
+  std::vector<size_t>& added = added_;
+  added.assign(n_past_.size(), 0);
   size_t wanted = 0;
   for (const BatchToken& b : batch) {
     if (b.token < 0 || static_cast<uint32_t>(b.token) >= c_.n_vocab) {

@@ -126,6 +126,7 @@ class Session {
   std::vector<size_t> pos_;
   std::vector<size_t> logit_rows_;
   std::vector<BatchToken> single_;  // Eval's batch (kept: one allocation)
+  std::vector<size_t> added_;       // EvalBatch's tokens per sequence
   // Per-batch activations, each max_batch rows.
   AlignedBuffer<float> x_, h_, q_, k_, v_, att_, o_;
   AlignedBuffer<float> rope_cos_, rope_sin_;  // max_batch x rope_dims/2
