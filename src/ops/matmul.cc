@@ -71,10 +71,6 @@ uint64_t MatVecsInputBytes(size_t cols, size_t n, bool with_gemm) {
          simd::GemvInput::Bytes(TensorType::kQ6_K, cols);
 }
 
-void MatMulByGemv(const MatrixView& w, const float* x, size_t n, float* y) {
-  MatVecs(w, x, n, y);
-}
-
 #if SPARROW_HAVE_ONEDNN
 
 class OneDnn {
@@ -193,7 +189,7 @@ void MatMul(const MatrixView& w, const float* x, size_t n, float* y) {
     return;
   }
 #endif
-  MatMulByGemv(w, x, n, y);
+  MatVecs(w, x, n, y);
 }
 
 }  // namespace sparrow::ops
