@@ -88,20 +88,26 @@ aarch64-linux-gnu-readelf -h "$sparrow" | grep -E 'Class|Machine' || true
 
 # --- 3. Emulated CPUs -------------------------------------------------------
 # name | qemu -cpu | Highway targets that must be available there, best first
-#      | targets simd_tests runs there ("all", or a list; "-": none).
+#      | targets simd_tests runs there ("all", or a list; "-": none)
+#      | the 8-bit dot product the 4-bit kernels use there ("plain": none,
+#        the 16-bit kernels run instead).
 # SVE code must not depend on the vector length, so SVE and SVE2 run at 128,
 # 256, 512 and 2048 bits; SVE_256 and SVE2_128 are Highway's fixed-length
 # variants, offered only where the length matches. a64fx has SVE without
 # SVE2. qemu emulates SVE loads and stores of more than 128 bits slowly
 # (about 5x per element), so beyond 128 bits the unit tests run one SVE
 # flavour per length; the greedy runs still cover every target at every one.
+# neon80 is Armv8.0 (Cortex-A72: Raspberry Pi 4), without the dot-product
+# extension that neoverse-n1 (Armv8.2) has: NEON runs the emulated 8-bit
+# form there in the unit tests, and `sdot` on neoverse-n1.
 cpus=(
-  "neon|neoverse-n1|NEON|all"
-  "sve128|max,sve-default-vector-length=16|SVE2_128 SVE2 SVE NEON|all"
-  "sve256|max,sve-default-vector-length=32|SVE_256 SVE2 SVE NEON|SVE_256"
-  "sve512|max,sve-default-vector-length=64|SVE2 SVE NEON|SVE"
-  "sve2048|max,sve-default-vector-length=256|SVE2 SVE NEON|SVE2"
-  "a64fx|a64fx|SVE NEON|-"
+  "neon80|cortex-a72|NEON|all|plain"
+  "neon|neoverse-n1|NEON|all|sdot (NEON dotprod)"
+  "sve128|max,sve-default-vector-length=16|SVE2_128 SVE2 SVE NEON|all|sdot (SVE)"
+  "sve256|max,sve-default-vector-length=32|SVE_256 SVE2 SVE NEON|SVE_256|sdot (SVE)"
+  "sve512|max,sve-default-vector-length=64|SVE2 SVE NEON|SVE|sdot (SVE)"
+  "sve2048|max,sve-default-vector-length=256|SVE2 SVE NEON|SVE2|sdot (SVE)"
+  "a64fx|a64fx|SVE NEON|-|sdot (SVE)"
 )
 
 passed=0
@@ -185,15 +191,21 @@ run_greedy() {
 
 stage "sparrow info on each CPU"
 for entry in "${cpus[@]}"; do
-  IFS='|' read -r name cpu expected _ <<<"$entry"
+  IFS='|' read -r name cpu expected _ form <<<"$entry"
   info=$(timeout 300 qemu-aarch64 -cpu "$cpu" "$sparrow" info -m "$model" 2>&1) || {
     bad "sparrow info on $name: $(tail -n 1 <<<"$info")"; continue; }
-  grep -E 'cpu features|simd targets' <<<"$info" | sed "s/^ */  [$name] /" || true
+  grep -E 'cpu features|simd targets|4-bit kernels' <<<"$info" | sed "s/^ */  [$name] /" || true
   best=${expected%% *}
   if grep -q "simd targets: $expected (in use: $best)" <<<"$info"; then
     ok "sparrow info on $name reports targets {$expected}, using $best"
   else
     bad "sparrow info on $name: expected 'simd targets: $expected (in use: $best)'"
+  fi
+  if [ "$form" = plain ]; then want="4-bit kernels: plain rows"; else want="8-bit activations, $form"; fi
+  if grep -qF "$want" <<<"$info"; then
+    ok "sparrow info on $name: 4-bit kernels use ${form}"
+  else
+    bad "sparrow info on $name: expected '$want' in its 4-bit kernels line"
   fi
 done
 
@@ -258,7 +270,7 @@ run_side_by_side() {
 stage "SIMD unit tests on each CPU"
 simd_jobs=()
 for entry in "${cpus[@]}"; do
-  IFS='|' read -r name cpu expected targets <<<"$entry"
+  IFS='|' read -r name cpu expected targets _ <<<"$entry"
   [ "$targets" = - ] && continue
   simd_jobs+=("run_simd_tests '$name' '$cpu' '$expected' '$targets'")
 done
@@ -298,7 +310,7 @@ for entry in "${greedy[@]}"; do
   IFS='|' read -r name targets <<<"$entry"
   cpu=""
   for c in "${cpus[@]}"; do
-    IFS='|' read -r cname ccpu _ _ <<<"$c"
+    IFS='|' read -r cname ccpu _ _ _ <<<"$c"
     [ "$cname" = "$name" ] && cpu=$ccpu
   done
   if [ -z "$targets" ]; then
@@ -308,6 +320,41 @@ for entry in "${greedy[@]}"; do
   fi
 done
 run_side_by_side "${greedy_jobs[@]}"
+
+stage "4-bit models: perplexity with each CPU's 8-bit dot product"
+# Small synthetic Q4_0 and Q4_K models (made and measured with the scalar
+# reference kernels under qemu -cpu max): on each CPU the fast kernels --
+# packed rows with sdot where the CPU has it, the 16-bit kernels elsewhere
+# -- must give the reference perplexity within 1e-3 relative, the bound the
+# x86 end-to-end test uses.
+head -c 20000 "$shared/corpora/tinystories_val_excerpt.txt" >"$work/ppl.txt"
+ppl() {  # ppl CPU MODEL KERNELS -> the perplexity, or nothing
+  timeout 900 qemu-aarch64 -cpu "$1" "$sparrow" perplexity -m "$2" -f "$work/ppl.txt" \
+    -c 128 --chunks 4 --kernels "$3" 2>/dev/null | tail -n 1 | awk '{print $3}'
+}
+run_4bit() {
+  local name=$1 cpu=$2 type=$3 ref=$4 got
+  got=$(ppl "$cpu" "$work/synth-$type.gguf" fast)
+  if [ -n "$got" ] && awk -v a="$got" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-3 * b) }'; then
+    ok "$type perplexity on $name: $got (reference $ref)"
+  else
+    bad "$type perplexity on $name: '$got', reference $ref: not within 1e-3"
+  fi
+}
+fourbit_jobs=()
+for type in q4_0 q4_K; do
+  qemu-aarch64 -cpu max "$sparrow" synth -o "$work/synth-$type.gguf" --dim 256 --ffn 512 \
+    --layers 2 --heads 4 --kv-heads 2 --vocab 1000 --type "$type" --seed 5 2>"$work/synth.err" || {
+    bad "synth --type $type: $(tail -n 1 "$work/synth.err")"; continue; }
+  ref=$(ppl max "$work/synth-$type.gguf" reference)
+  [ -n "$ref" ] || { bad "$type reference perplexity failed"; continue; }
+  for entry in "${cpus[@]}"; do
+    IFS='|' read -r name cpu _ _ _ <<<"$entry"
+    case $name in sve2048|a64fx) continue ;; esac  # slow under qemu; same code as sve512
+    fourbit_jobs+=("run_4bit '$name' '$cpu' '$type' '$ref'")
+  done
+done
+run_side_by_side "${fourbit_jobs[@]}"
 echo "  ($((SECONDS - start)) s elapsed)"
 
 stage "done"

@@ -1,14 +1,18 @@
 // 8-bit activations for the kernels that multiply 4-bit weights by them
-// (packed_q4_0-inl.h, and Q4_K in gemv-inl.h on x86): the per-block int8
-// quantizer and the two integer steps of an 8-bit dot product.
+// (packed_gemv-inl.h): the per-block int8 quantizer and the integer steps of
+// an 8-bit dot product, in the best form each target has.
 //
 // On x86 (SSSE3 and up) the 8-bit products and their pairwise sums are one
 // instruction, pmaddubsw (u8 x i8 -> i16), and summing int16 pairs is
 // pmaddwd. Highway 1.0.3 has no 8-bit multiply-add: emulated with its ops
 // it takes 8 instead of 1, which makes it slower than the 16-bit kernels.
 // Measured on an AMD EPYC (Zen 3, AVX2) VM, one thread: packed Q4_0 at
-// 18.9-19.3 GB/s against 7.8-8.2 for the 16-bit kernel (gemv_bench). Other
-// targets get the emulation, for tests and the packed kernel's portable form.
+// 18.9-19.3 GB/s against 7.8-8.2 for the 16-bit kernel (gemv_bench). Arm has
+// the same instruction in two places: `sdot` (four i8 x i8 products summed
+// into each 32-bit lane) is part of every SVE target, and of NEON on cores
+// with the dot-product extension (Armv8.2+: Cortex-A55/A75 and later), which
+// is found at run time. Other targets get the emulation, for tests and the
+// packed kernel's portable form.
 
 #if defined(SPARROW_SIMD_INT8_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SPARROW_SIMD_INT8_DOT_INL_H_
@@ -25,6 +29,8 @@
 
 #include <hwy/highway.h>
 
+#include "simd/targets.h"  // CpuHasArmDotProd
+
 HWY_BEFORE_NAMESPACE();
 namespace sparrow::simd {
 namespace HWY_NAMESPACE {
@@ -37,6 +43,94 @@ namespace hn = hwy::HWY_NAMESPACE;
 #else
 #undef SPARROW_INT8_MADDUBS
 #endif
+
+// The 256-bit-vector kernels on the x86 target with AVX-512 VNNI:
+// vpdpbusd adds the four u8 x i8 products of each 32-bit lane to it in one
+// instruction, where pmaddubsw + pmaddwd + add take three. Highway 1.0.3
+// has no such op, and its AVX3_DL target string enables "avxvnni" rather
+// than "avx512vnni", so the intrinsic does not compile inside HWY_ATTR
+// code (and the VEX form would fault on Ice Lake, which lacks AVX-VNNI):
+// the EVEX instruction is written as inline assembly. AVX3_DL's runtime
+// check requires AVX512_VNNI. Measured on Sapphire Rapids (2 vCPU VM), one
+// thread, 125M-shaped synthetic Q4_0: `sparrow bench -p 64` 544-545 tok/s
+// before, 611-624 after (decode unchanged: memory-bound).
+//
+// The same instruction exists on x86 CPUs whose best Highway target is
+// below AVX3_DL: AVX-512 VNNI on AVX3 (Cascade Lake, whose missing VBMI2
+// keeps it off AVX3_DL), and AVX-VNNI, the VEX form, on AVX2 (Alder Lake
+// and later laptops, which lack AVX-512; Zen 5). Those targets check the CPU
+// at run time (CpuHasX86Vnni), as NEON does for `sdot`. Measured on the same
+// Sapphire Rapids VM with dispatch forced to AVX2 (SPARROW_SIMD_TARGET),
+// one thread, oneDNN off, 125M-shaped synthetic files, `sparrow bench -p 64
+// -n 32 -r 3`, alternating: pp64 Q4_0 414-460 tok/s with pmaddubsw, 575-599
+// with the VEX vpdpbusd; Q4_K 354-367, 450-467.
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3_DL && (defined(__GNUC__) || defined(__clang__))
+#define SPARROW_INT8_VNNI 1
+#else
+#undef SPARROW_INT8_VNNI
+#endif
+#if HWY_ARCH_X86 && (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2) && \
+    (defined(__GNUC__) || defined(__clang__))
+#define SPARROW_INT8_VNNI_RUNTIME 1  // where CpuHasX86Vnni(...)
+#else
+#undef SPARROW_INT8_VNNI_RUNTIME
+#endif
+
+// Arm's `sdot` multiplies signed bytes: the forms below take `a` as signed,
+// which gives the same products because the callers' `a` bytes (4-bit
+// weights) are below 128.
+#if HWY_ARCH_ARM_A64 && HWY_HAVE_SCALABLE
+#define SPARROW_INT8_SDOT_SVE 1  // every SVE target: svdot_s32
+#else
+#undef SPARROW_INT8_SDOT_SVE
+#endif
+#if HWY_ARCH_ARM_A64 && HWY_TARGET == HWY_NEON && (defined(__GNUC__) || defined(__clang__))
+#define SPARROW_INT8_SDOT_NEON 1  // NEON, where CpuHasArmDotProd()
+#else
+#undef SPARROW_INT8_SDOT_NEON
+#endif
+
+// Whether this CPU has the VNNI form the target can use (EVEX on AVX3, VEX
+// on AVX2).
+HWY_INLINE bool TargetHasVnni() {
+#if HWY_TARGET == HWY_AVX2
+  return CpuHasX86Vnni(/*evex=*/false);
+#else
+  return CpuHasX86Vnni(/*evex=*/true);
+#endif
+}
+
+// Whether the best form is a native 8-bit dot product (not the emulation).
+HWY_INLINE bool HasFastByteDotSum() {
+#if defined(SPARROW_INT8_MADDUBS) || defined(SPARROW_INT8_SDOT_SVE)
+  return true;
+#elif defined(SPARROW_INT8_SDOT_NEON)
+  return CpuHasArmDotProd();
+#else
+  return false;
+#endif
+}
+
+// The form ByteDotSum and WithBestByteDotSum use on this CPU, for `sparrow
+// info` and the Arm check.
+HWY_INLINE const char* ByteDotFormName() {
+#if defined(SPARROW_INT8_VNNI)
+  return "vpdpbusd (AVX-512 VNNI)";
+#elif defined(SPARROW_INT8_VNNI_RUNTIME)
+  if (TargetHasVnni()) {
+    return HWY_TARGET == HWY_AVX2 ? "vpdpbusd (AVX-VNNI)" : "vpdpbusd (AVX-512 VNNI)";
+  }
+  return "pmaddubsw";
+#elif defined(SPARROW_INT8_MADDUBS)
+  return "pmaddubsw";
+#elif defined(SPARROW_INT8_SDOT_SVE)
+  return "sdot (SVE)";
+#elif defined(SPARROW_INT8_SDOT_NEON)
+  return CpuHasArmDotProd() ? "sdot (NEON dotprod)" : "emulated";
+#else
+  return "emulated";
+#endif
+}
 
 // Quantizes x (n a multiple of 32) to int8 per block of 32.
 HWY_INLINE void QuantizeInt8Impl(const float* HWY_RESTRICT x, size_t n,
@@ -105,8 +199,8 @@ HWY_INLINE hn::Vec<hn::Repartition<int16_t, DU8>> MulAddBytePairs(DU8 du8, hn::V
 template <class DI16>
 HWY_INLINE hn::Vec<hn::RepartitionToWide<DI16>> SumInt16Pairs(DI16 di16, hn::Vec<DI16> v) {
   const hn::RepartitionToWide<DI16> di32;
-#ifdef SPARROW_INT8_MADDUBS
   (void)di16;
+#ifdef SPARROW_INT8_MADDUBS
 #if HWY_TARGET <= HWY_AVX2
   return hn::Vec<decltype(di32)>{_mm256_madd_epi16(v.raw, _mm256_set1_epi16(1))};
 #else
@@ -118,49 +212,119 @@ HWY_INLINE hn::Vec<hn::RepartitionToWide<DI16>> SumInt16Pairs(DI16 di16, hn::Vec
 #endif
 }
 
-// The 256-bit-vector kernels on the x86 target with AVX-512 VNNI:
-// vpdpbusd adds the four u8 x i8 products of each 32-bit lane to it in one
-// instruction, where pmaddubsw + pmaddwd + add take three. Highway 1.0.3
-// has no such op, and its AVX3_DL target string enables "avxvnni" rather
-// than "avx512vnni", so the intrinsic does not compile inside HWY_ATTR
-// code (and the VEX form would fault on Ice Lake, which lacks AVX-VNNI):
-// the EVEX instruction is written as inline assembly. AVX3_DL's runtime
-// check requires AVX512_VNNI. Measured on Sapphire Rapids (2 vCPU VM), one
-// thread, 125M-shaped synthetic Q4_0: `sparrow bench -p 64` 544-545 tok/s
-// before, 611-624 after (decode unchanged: memory-bound).
-#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3_DL && (defined(__GNUC__) || defined(__clang__))
-#define SPARROW_INT8_VNNI 1
-#else
-#undef SPARROW_INT8_VNNI
-#endif
 
-// Exact sums of unsigned x signed byte products, per 32-bit lane: Add
-// accumulates, into lane i, a[4i..4i+3] . b[4i..4i+3]; Total returns the
-// int32 lanes. The callers' operands never overflow the int16 pairs of the
-// pmaddubsw form, so every form gives the same integers.
+// Exact sums of byte products (a unsigned and below 128 on Arm, b signed),
+// per 32-bit lane: Add accumulates, into lane i, a[4i..4i+3] . b[4i..4i+3];
+// Total returns the int32 lanes. The callers' operands never overflow the
+// int16 pairs of the pmaddubsw form, so every form gives the same integers.
+// This is the portable form of the target (pmaddubsw on x86, Highway ops
+// elsewhere); ByteDotSum below is the best form the target always has.
 template <class DU8>
-struct ByteDotSum {
+struct PortableByteDotSum {
   using DI32 = hn::Repartition<int32_t, DU8>;
   using DI16 = hn::Repartition<int16_t, DU8>;
-#ifdef SPARROW_INT8_VNNI
-  static_assert(hn::MaxLanes(DU8()) == 32, "the VNNI form takes 256-bit vectors");
-  using Acc = hn::Vec<DI32>;
-  static HWY_INLINE Acc Zero() { return hn::Zero(DI32()); }
-  static HWY_INLINE Acc Add(DU8, Acc acc, hn::Vec<DU8> a, hn::Vec<DU8> b) {
-    __m256i raw = acc.raw;
-    asm("vpdpbusd %2, %1, %0" : "+v"(raw) : "v"(a.raw), "v"(b.raw));
-    return Acc{raw};
-  }
-  static HWY_INLINE hn::Vec<DI32> Total(Acc acc) { return acc; }
-#else
   using Acc = hn::Vec<DI16>;
   static HWY_INLINE Acc Zero() { return hn::Zero(DI16()); }
   static HWY_INLINE Acc Add(DU8 du8, Acc acc, hn::Vec<DU8> a, hn::Vec<DU8> b) {
     return hn::Add(acc, MulAddBytePairs(du8, a, b));
   }
   static HWY_INLINE hn::Vec<DI32> Total(Acc acc) { return SumInt16Pairs(DI16(), acc); }
-#endif
 };
+
+#if defined(SPARROW_INT8_VNNI) || defined(SPARROW_INT8_VNNI_RUNTIME)
+template <class DU8>
+struct VnniByteDotSum {
+  using DI32 = hn::Repartition<int32_t, DU8>;
+  static_assert(hn::MaxLanes(DU8()) == 32, "the VNNI form takes 256-bit vectors");
+  using Acc = hn::Vec<DI32>;
+  static HWY_INLINE Acc Zero() { return hn::Zero(DI32()); }
+  static HWY_INLINE Acc Add(DU8, Acc acc, hn::Vec<DU8> a, hn::Vec<DU8> b) {
+    __m256i raw = acc.raw;
+#if HWY_TARGET == HWY_AVX2  // VEX: ymm0-15 only
+    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(raw) : "x"(a.raw), "x"(b.raw));
+#else
+    asm("vpdpbusd %2, %1, %0" : "+v"(raw) : "v"(a.raw), "v"(b.raw));
+#endif
+    return Acc{raw};
+  }
+  static HWY_INLINE hn::Vec<DI32> Total(Acc acc) { return acc; }
+};
+#endif
+
+#ifdef SPARROW_INT8_VNNI
+template <class DU8>
+using ByteDotSum = VnniByteDotSum<DU8>;
+
+#elif defined(SPARROW_INT8_SDOT_SVE)
+// Highway's SVE vectors are the raw sizeless types. Lanes past a capped
+// tag's count hold what the loads left there (zeros) and are never stored.
+template <class DU8>
+struct SveByteDotSum {
+  using DI32 = hn::Repartition<int32_t, DU8>;
+  using Acc = hn::Vec<DI32>;
+  static HWY_INLINE Acc Zero() { return hn::Zero(DI32()); }
+  static HWY_INLINE Acc Add(DU8, Acc acc, hn::Vec<DU8> a, hn::Vec<DU8> b) {
+    return svdot_s32(acc, svreinterpret_s8_u8(a), svreinterpret_s8_u8(b));
+  }
+  static HWY_INLINE hn::Vec<DI32> Total(Acc acc) { return acc; }
+};
+template <class DU8>
+using ByteDotSum = SveByteDotSum<DU8>;
+
+#else
+template <class DU8>
+using ByteDotSum = PortableByteDotSum<DU8>;
+#endif
+
+#ifdef SPARROW_INT8_SDOT_NEON
+// NEON's `sdot` for cores that have it (the kernels choose between this and
+// the portable form once per call, by CpuHasArmDotProd()). The NEON target
+// is compiled for plain Armv8.0, where the intrinsic is not declared, so
+// unless the whole build targets the extension the instruction is inline
+// assembly behind an `.arch` directive (the assembler rejects it without
+// one; `.arch_extension dotprod` alone is not enough below Armv8.2). The
+// directive only widens what the assembler accepts for the rest of the
+// file; the compiler's own code does not change.
+template <class DU8>
+struct NeonSdotByteDotSum {
+  using DI32 = hn::Repartition<int32_t, DU8>;
+  static_assert(hn::MaxLanes(DU8()) == 16, "the NEON form takes 128-bit vectors");
+  using Acc = hn::Vec<DI32>;
+  static HWY_INLINE Acc Zero() { return hn::Zero(DI32()); }
+  static HWY_INLINE Acc Add(DU8, Acc acc, hn::Vec<DU8> a, hn::Vec<DU8> b) {
+#ifdef __ARM_FEATURE_DOTPROD
+    return Acc{vdotq_s32(acc.raw, vreinterpretq_s8_u8(a.raw), vreinterpretq_s8_u8(b.raw))};
+#else
+    int32x4_t raw = acc.raw;
+    asm(".arch armv8.2-a+crypto+dotprod\n\tsdot %0.4s, %1.16b, %2.16b"
+        : "+w"(raw)
+        : "w"(a.raw), "w"(b.raw));
+    return Acc{raw};
+#endif
+  }
+  static HWY_INLINE hn::Vec<DI32> Total(Acc acc) { return acc; }
+};
+#endif
+
+// Calls body(ByteDotSum-like form) with the best form this CPU runs: the
+// target's own, or where the CPU has more than the target promises, `sdot`
+// on NEON and vpdpbusd on AVX2/AVX3. One branch per
+// kernel call, outside the loops.
+template <class DU8, class Body>
+HWY_INLINE void WithBestByteDotSum(DU8, const Body& body) {
+#if defined(SPARROW_INT8_SDOT_NEON)
+  if (CpuHasArmDotProd()) {
+    body(NeonSdotByteDotSum<DU8>());
+    return;
+  }
+#elif defined(SPARROW_INT8_VNNI_RUNTIME)
+  if (TargetHasVnni()) {
+    body(VnniByteDotSum<DU8>());
+    return;
+  }
+#endif
+  body(ByteDotSum<DU8>());
+}
 
 #endif  // HWY_TARGET != HWY_SCALAR
 

@@ -5,8 +5,9 @@
 // nibble bytes of each of the 8 rows, so multiplying it by the 4 matching
 // activations (the same 4 bytes in every lane) and summing each lane's 4
 // products gives all 8 rows' partial dot products at once. On x86 the 8-bit
-// products and their pairwise sums are one instruction; other targets run
-// the same steps emulated with Highway ops, and the engine keeps the plain
+// products and their pairwise sums are one instruction, on Arm `sdot` (SVE,
+// and NEON on cores with the dot-product extension); other targets run the
+// same steps emulated with Highway ops, and the engine keeps the plain
 // kernels there (PackedGemvPreferred). 128-bit targets take each chunk as
 // two parts of 4 rows.
 //
@@ -50,13 +51,9 @@ inline constexpr size_t kPackedSuperBytes = 8 * 144;  // one Q4_K super-block of
 inline constexpr size_t kPackedKDmin = 16, kPackedKScales = 32, kPackedKMinsLow = 96,
                         kPackedKQs = 128;
 
-HWY_INLINE bool PackedPreferredImpl() {
-#ifdef SPARROW_INT8_MADDUBS
-  return true;
-#else
-  return false;
-#endif
-}
+// The packed kernels pay off where the CPU has a native 8-bit dot product;
+// elsewhere the engine keeps the plain 16-bit kernels of gemv-inl.h.
+HWY_INLINE bool PackedPreferredImpl() { return HasFastByteDotSum(); }
 
 
 #if HWY_TARGET == HWY_SCALAR
@@ -86,6 +83,8 @@ HWY_INLINE void PackedQ4_0OneGroup(const uint8_t* HWY_RESTRICT p, size_t nblocks
   for (size_t r = 0; r < 8; ++r) y[r] = acc[r] - 8.0f * off[r];
 }
 
+// (Dots is unused: scalar code has one form.)
+template <class Dots>
 HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
                                     size_t nblocks, const int8_t* HWY_RESTRICT xq,
                                     const float* HWY_RESTRICT sx,
@@ -139,6 +138,7 @@ HWY_INLINE void PackedQ4_KOneGroup(const uint8_t* HWY_RESTRICT p, size_t nsuper,
   for (size_t r = 0; r < 8; ++r) y[r] = acc[r] - mins[r];
 }
 
+template <class Dots>
 HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
                                     size_t nsuper, const int8_t* HWY_RESTRICT xq,
                                     const float* HWY_RESTRICT sx,
@@ -154,7 +154,7 @@ HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
 // (the two halves of one group on 128-bit targets, two groups elsewhere).
 // Adds their dot products times their scales to acc_*, and the scales
 // times the block's activation sum to off_*.
-template <class DU8, class DF>
+template <class Dots, class DU8, class DF>
 HWY_INLINE void PackedQ4_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, size_t part_a,
                                 const uint8_t* HWY_RESTRICT pb, size_t part_b,
                                 const int8_t* HWY_RESTRICT xb, hn::Vec<DF> vsx,
@@ -168,7 +168,6 @@ HWY_INLINE void PackedQ4_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
   const auto low4 = hn::Set(du8, 15);
   const uint8_t* qa = pa + kPackedScaleBytes + bytes * part_a;
   const uint8_t* qb = pb + kPackedScaleBytes + bytes * part_b;
-  using Dots = ByteDotSum<DU8>;
   auto dot_a = Dots::Zero(), dot_b = Dots::Zero();
   for (size_t k = 0; k < 4; ++k) {
     int32_t x_lo, x_hi;
@@ -198,6 +197,7 @@ HWY_INLINE void PackedQ4_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
 // Groups of 8 rows at `p` and, on targets whose vectors hold 8 rows, `p2`
 // (nullptr: none): y[0..7] and y2[0..7]. Two groups at a time share the
 // activation loads and keep two streams in flight.
+template <class Dots>
 HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
                                     size_t nblocks, const int8_t* HWY_RESTRICT xq,
                                     const float* HWY_RESTRICT sx,
@@ -210,7 +210,7 @@ HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
   static_assert(hn::MaxLanes(du8) >= 16, "needs at least 128-bit vectors");
   const bool two_parts = hn::Lanes(du8) < 32;
   if (two_parts && p2 != nullptr) {  // a group fills both halves here
-    PackedQ4_0GroupImpl(p2, nullptr, nblocks, xq, sx, sums, y2, nullptr);
+    PackedQ4_0GroupImpl<Dots>(p2, nullptr, nblocks, xq, sx, sums, y2, nullptr);
     p2 = nullptr;
   }
   const uint8_t* pb = two_parts ? p : (p2 != nullptr ? p2 : p);
@@ -226,7 +226,7 @@ HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
       hwy::Prefetch(pb + 2048 + 64);
       hwy::Prefetch(pb + 2048 + 128);
     }
-    PackedQ4_0Parts(du8, df, p, 0, pb, part_b, xq + 32 * b, hn::Set(df, sx[b]),
+    PackedQ4_0Parts<Dots>(du8, df, p, 0, pb, part_b, xq + 32 * b, hn::Set(df, sx[b]),
                     hn::Set(df, sums[b]), acc_a, off_a, acc_b, off_b);
   }
   const auto eight = hn::Set(df, 8.0f);
@@ -268,7 +268,7 @@ HWY_INLINE void PackedQ4_KApply(DF df, const uint8_t* HWY_RESTRICT p, size_t row
 // Two vectors' rows of one packed Q4_K super-block, sharing the
 // activations: part `part_a` of the group at `pa` and part `part_b` of the
 // group at `pb` (as PackedQ4_0Parts).
-template <class DU8, class DF>
+template <class Dots, class DU8, class DF>
 HWY_INLINE void PackedQ4_KParts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, size_t part_a,
                                 const uint8_t* HWY_RESTRICT pb, size_t part_b,
                                 const int8_t* HWY_RESTRICT xs, const float* HWY_RESTRICT sx,
@@ -287,7 +287,6 @@ HWY_INLINE void PackedQ4_KParts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
   const auto d_a = half(pa, row_a), dmin_a = half(pa + kPackedKDmin, row_a);
   const auto d_b = half(pb, row_b), dmin_b = half(pb + kPackedKDmin, row_b);
   for (size_t g = 0; g < 4; ++g) {
-    using Dots = ByteDotSum<DU8>;
     auto a = Dots::Zero(), b = Dots::Zero(), c = Dots::Zero(), e = Dots::Zero();
     const uint8_t* qa = pa + kPackedKQs + 256 * g + bytes * part_a;
     const uint8_t* qb = pb + kPackedKQs + 256 * g + bytes * part_b;
@@ -313,6 +312,7 @@ HWY_INLINE void PackedQ4_KParts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
 }
 
 // Groups at `p` and (nullptr: none) `p2`, as PackedQ4_0GroupImpl.
+template <class Dots>
 HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
                                     size_t nsuper, const int8_t* HWY_RESTRICT xq,
                                     const float* HWY_RESTRICT sx,
@@ -322,7 +322,7 @@ HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
   const hn::Repartition<float, decltype(du8)> df;
   const bool two_parts = hn::Lanes(du8) < 32;
   if (two_parts && p2 != nullptr) {  // a group fills both halves here
-    PackedQ4_KGroupImpl(p2, nullptr, nsuper, xq, sx, sums, y2, nullptr);
+    PackedQ4_KGroupImpl<Dots>(p2, nullptr, nsuper, xq, sx, sums, y2, nullptr);
     p2 = nullptr;
   }
   const uint8_t* pb = two_parts ? p : (p2 != nullptr ? p2 : p);
@@ -334,7 +334,7 @@ HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
     if (!two_parts && p2 != nullptr) {
       for (size_t i = 0; i < kPackedSuperBytes; i += 64) hwy::Prefetch(pb + 2048 + i);
     }
-    PackedQ4_KParts(du8, df, p, 0, pb, part_b, xq + 256 * sb, sx + 8 * sb, sums + 8 * sb, acc_a,
+    PackedQ4_KParts<Dots>(du8, df, p, 0, pb, part_b, xq + 256 * sb, sx + 8 * sb, sums + 8 * sb, acc_a,
                     mins_a, acc_b, mins_b);
   }
   hn::StoreU(hn::Sub(acc_a, mins_a), df, y);
@@ -348,8 +348,8 @@ HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
 
 // y[t * y_stride + 8 * g + r] for the n inputs (x[t]: quantized, scales,
 // sums), each group multiplied with every input before the next.
-template <class Input>
-HWY_INLINE void PackedGemvImpl(TensorType type, const uint8_t* HWY_RESTRICT data, size_t cols,
+template <class Dots, class Input>
+HWY_INLINE void PackedGemvWith(TensorType type, const uint8_t* HWY_RESTRICT data, size_t cols,
                                const Input* x, size_t n, size_t group_begin, size_t group_end,
                                float* HWY_RESTRICT y, size_t y_stride) {
   const bool k_quant = type == TensorType::kQ4_K;
@@ -362,10 +362,10 @@ HWY_INLINE void PackedGemvImpl(TensorType type, const uint8_t* HWY_RESTRICT data
       float* y2 = pair ? yt + 8 * g2 : nullptr;
       const int8_t* xq = x[t].quantized();
       if (k_quant) {
-        PackedQ4_KGroupImpl(data + g * group_bytes, p2, nblocks, xq, x[t].scales(), x[t].sums(),
+        PackedQ4_KGroupImpl<Dots>(data + g * group_bytes, p2, nblocks, xq, x[t].scales(), x[t].sums(),
                             yt + 8 * g, y2);
       } else {
-        PackedQ4_0GroupImpl(data + g * group_bytes, p2, nblocks, xq, x[t].scales(), x[t].sums(),
+        PackedQ4_0GroupImpl<Dots>(data + g * group_bytes, p2, nblocks, xq, x[t].scales(), x[t].sums(),
                             yt + 8 * g, y2);
       }
     }
@@ -378,6 +378,20 @@ HWY_INLINE void PackedGemvImpl(TensorType type, const uint8_t* HWY_RESTRICT data
   const size_t half = (group_end - group_begin) / 2;
   for (size_t i = 0; i < half; ++i) run(group_begin + i, group_begin + half + i, true);
   if ((group_end - group_begin) % 2 == 1) run(group_end - 1, 0, false);
+}
+
+// PackedGemvWith in the best 8-bit dot-product form this CPU runs.
+template <class Input>
+HWY_INLINE void PackedGemvImpl(TensorType type, const uint8_t* HWY_RESTRICT data, size_t cols,
+                               const Input* x, size_t n, size_t group_begin, size_t group_end,
+                               float* HWY_RESTRICT y, size_t y_stride) {
+#if HWY_TARGET == HWY_SCALAR
+  PackedGemvWith<void>(type, data, cols, x, n, group_begin, group_end, y, y_stride);
+#else
+  WithBestByteDotSum(hn::CappedTag<uint8_t, 32>(), [&](auto dots) HWY_ATTR {
+    PackedGemvWith<decltype(dots)>(type, data, cols, x, n, group_begin, group_end, y, y_stride);
+  });
+#endif
 }
 
 }  // namespace HWY_NAMESPACE

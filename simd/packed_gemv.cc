@@ -13,6 +13,7 @@ namespace sparrow::simd {
 namespace HWY_NAMESPACE {
 
 bool PackedPreferredT() { return PackedPreferredImpl(); }
+const char* PackedDotFormT() { return ByteDotFormName(); }
 
 void QuantizeInt8T(const float* x, size_t n, int8_t* q, float* scales, float* sums) {
   QuantizeInt8Impl(x, n, q, scales, sums);
@@ -41,6 +42,7 @@ HWY_AFTER_NAMESPACE();
 namespace sparrow::simd {
 
 HWY_EXPORT(PackedPreferredT);
+HWY_EXPORT(PackedDotFormT);
 HWY_EXPORT(QuantizeInt8T);
 HWY_EXPORT(PackedGemvT);
 
@@ -161,6 +163,7 @@ void PackMatrix(TensorType type, uint8_t* data, size_t rows, size_t cols) {
 }
 
 bool PackedGemvPreferred() { return HWY_DYNAMIC_DISPATCH(PackedPreferredT)(); }
+const char* PackedGemvDotForm() { return HWY_DYNAMIC_DISPATCH(PackedDotFormT)(); }
 
 void PackedGemvInput::Prepare(const float* x, size_t n) {
   if (n % 32 != 0) {

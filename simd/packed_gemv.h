@@ -56,10 +56,14 @@ void UnpackRow(TensorType type, const uint8_t* group, size_t cols, size_t r, uin
 // padding), in place; rows past the last whole group stay as they are.
 void PackMatrix(TensorType type, uint8_t* data, size_t rows, size_t cols);
 
-// Whether the dispatched target has the packed kernels' fast path (an 8-bit
-// pairwise multiply-add); elsewhere the plain kernels are faster, and the
-// engine does not pack.
+// Whether the dispatched target has the packed kernels' fast path (a native
+// 8-bit dot product or pairwise multiply-add); elsewhere the plain kernels
+// are faster, and the engine does not pack.
 bool PackedGemvPreferred();
+// The 8-bit dot-product form the packed kernels use with the dispatched
+// target on this CPU: "vpdpbusd (AVX-512 VNNI)", "pmaddubsw", "sdot (SVE)",
+// "sdot (NEON dotprod)" or "emulated".
+const char* PackedGemvDotForm();
 
 // The activation vector in the packed kernels' form; prepare it once, then
 // use it from any number of threads.

@@ -17,6 +17,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -168,6 +169,42 @@ std::string CpuFeatures() {
   }
 #endif
   return out.empty() ? "none detected" : out;
+}
+
+namespace {
+std::atomic<bool> extensions_hidden{false};
+}  // namespace
+
+void HideCpuExtensionsForTest(bool hidden) { extensions_hidden = hidden; }
+
+bool CpuHasArmDotProd() {
+#if defined(__aarch64__) && defined(__linux__)
+  static const bool has = (getauxval(AT_HWCAP) & (1UL << 20)) != 0;  // HWCAP_ASIMDDP
+  return has && !extensions_hidden;
+#else
+  return false;
+#endif
+}
+
+bool CpuHasX86Vnni(bool evex) {
+#if defined(__x86_64__) || defined(__i386__)
+  // CPUID leaf 7: subleaf 0 ECX bit 11 is AVX512_VNNI, EBX bit 31 AVX512VL;
+  // subleaf 1 EAX bit 4 is AVX-VNNI. The callers run on targets whose own
+  // check already found the OS saving the vector state they use.
+  static const bool has_evex = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (c & (1u << 11)) != 0 &&
+           (b & (1u << 31)) != 0;
+  }();
+  static const bool has_vex = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a & (1u << 4)) != 0;
+  }();
+  return (evex ? has_evex : has_vex) && !extensions_hidden;
+#else
+  (void)evex;
+  return false;
+#endif
 }
 
 namespace {

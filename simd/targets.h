@@ -27,6 +27,15 @@ void ForceTarget(int64_t bits);
 void ApplyTargetFromEnvironment();
 // CPU features relevant to our kernels, e.g. "avx2 avx512f avx512vnni".
 std::string CpuFeatures();
+// Whether this is an Arm CPU with the NEON dot-product extension (`sdot`;
+// Linux HWCAP_ASIMDDP). Read once; false on other architectures.
+bool CpuHasArmDotProd();
+// Whether this is an x86 CPU with vpdpbusd in the EVEX form (AVX-512 VNNI
+// and VL, evex=true) or the VEX form (AVX-VNNI, evex=false). Read once.
+bool CpuHasX86Vnni(bool evex);
+// Makes the two functions above answer false while `hidden` (tests: the
+// kernels' forms for CPUs without these extensions run on any CPU).
+void HideCpuExtensionsForTest(bool hidden);
 
 // Runs `body` once per available target with dispatch forced to it, then
 // restores the default. For tests: every kernel is checked on every target.

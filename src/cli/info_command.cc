@@ -14,6 +14,7 @@
 #include "formats/lora_adapter.h"
 #include "formats/tokenizer_data.h"
 #include "src/chat/chat_template.h"
+#include "simd/packed_gemv.h"
 #include "simd/targets.h"
 #include "sparrow_config.h"
 #include "src/cli/commands.h"
@@ -255,6 +256,13 @@ int InfoCommand(int argc, char** argv) {
   std::string targets;
   for (const simd::Target& t : simd::AvailableTargets()) targets += (targets.empty() ? "" : " ") + t.name;
   std::printf("  simd targets: %s (in use: %s)\n", targets.c_str(), simd::CurrentTargetName().c_str());
+  // Q4_0/Q4_K decode kernels: repacked rows times 8-bit activations where
+  // the CPU has a native 8-bit dot product, plain rows elsewhere.
+  if (simd::PackedGemvPreferred()) {
+    std::printf("  4-bit kernels: packed rows, 8-bit activations, %s\n", simd::PackedGemvDotForm());
+  } else {
+    std::printf("  4-bit kernels: plain rows, 16-bit activations\n");
+  }
   std::printf("  threads: %d, oneDNN: %s, OpenMP: %s, io_uring: %s\n", ThreadCount(),
               SPARROW_HAVE_ONEDNN ? "yes" : "no", SPARROW_HAVE_OPENMP ? "yes" : "no",
               SPARROW_HAVE_URING ? "yes" : "no");
