@@ -90,7 +90,7 @@ aarch64-linux-gnu-readelf -h "$sparrow" | grep -E 'Class|Machine' || true
 # name | qemu -cpu | Highway targets that must be available there, best first
 #      | targets simd_tests runs there ("all", or a list; "-": none)
 #      | the 8-bit dot product the 4-bit kernels use there ("plain": none,
-#        the 16-bit kernels run instead).
+#        the 16-bit kernels run instead), as `sparrow info` prints it.
 # SVE code must not depend on the vector length, so SVE and SVE2 run at 128,
 # 256, 512 and 2048 bits; SVE_256 and SVE2_128 are Highway's fixed-length
 # variants, offered only where the length matches. a64fx has SVE without
@@ -99,14 +99,16 @@ aarch64-linux-gnu-readelf -h "$sparrow" | grep -E 'Class|Machine' || true
 # flavour per length; the greedy runs still cover every target at every one.
 # neon80 is Armv8.0 (Cortex-A72: Raspberry Pi 4), without the dot-product
 # extension that neoverse-n1 (Armv8.2) has: NEON runs the emulated 8-bit
-# form there in the unit tests, and `sdot` on neoverse-n1.
+# form there in the unit tests, and `sdot` on neoverse-n1. qemu's "max" adds
+# i8mm (smmla), which a64fx lacks. The unit tests also run every form with
+# the run-time extensions hidden.
 cpus=(
   "neon80|cortex-a72|NEON|all|plain"
   "neon|neoverse-n1|NEON|all|sdot (NEON dotprod)"
-  "sve128|max,sve-default-vector-length=16|SVE2_128 SVE2 SVE NEON|all|sdot (SVE)"
-  "sve256|max,sve-default-vector-length=32|SVE_256 SVE2 SVE NEON|SVE_256|sdot (SVE)"
-  "sve512|max,sve-default-vector-length=64|SVE2 SVE NEON|SVE|sdot (SVE)"
-  "sve2048|max,sve-default-vector-length=256|SVE2 SVE NEON|SVE2|sdot (SVE)"
+  "sve128|max,sve-default-vector-length=16|SVE2_128 SVE2 SVE NEON|all|sdot (SVE), smmla (i8mm) for pairs of Q4_0 tokens"
+  "sve256|max,sve-default-vector-length=32|SVE_256 SVE2 SVE NEON|SVE_256|sdot (SVE), smmla (i8mm) for pairs of Q4_0 tokens"
+  "sve512|max,sve-default-vector-length=64|SVE2 SVE NEON|SVE|sdot (SVE), smmla (i8mm) for pairs of Q4_0 tokens"
+  "sve2048|max,sve-default-vector-length=256|SVE2 SVE NEON|SVE2|sdot (SVE), smmla (i8mm) for pairs of Q4_0 tokens"
   "a64fx|a64fx|SVE NEON|-|sdot (SVE)"
 )
 
@@ -201,8 +203,12 @@ for entry in "${cpus[@]}"; do
   else
     bad "sparrow info on $name: expected 'simd targets: $expected (in use: $best)'"
   fi
-  if [ "$form" = plain ]; then want="4-bit kernels: plain rows"; else want="8-bit activations, $form"; fi
-  if grep -qF "$want" <<<"$info"; then
+  if [ "$form" = plain ]; then
+    want="  4-bit kernels: plain rows, 16-bit activations"
+  else
+    want="  4-bit kernels: packed rows, 8-bit activations, $form"
+  fi
+  if grep -qxF "$want" <<<"$info"; then
     ok "sparrow info on $name: 4-bit kernels use ${form}"
   else
     bad "sparrow info on $name: expected '$want' in its 4-bit kernels line"

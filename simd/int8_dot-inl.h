@@ -28,8 +28,22 @@
 #include <limits>
 
 #include <hwy/highway.h>
+#if HWY_ARCH_ARM_A64
+#include <arm_neon.h>  // Highway's SVE targets do not include it
+#endif
 
-#include "simd/targets.h"  // CpuHasArmDotProd
+#include "simd/targets.h"  // CpuHasArmDotProd, CpuHasArmI8mm
+
+#ifndef SPARROW_ARM_ASM_ARCH
+// Prefix of the Arm instructions written as inline assembly (sdot, smmla)
+// where the compiler's flags do not declare their intrinsics: the assembler
+// rejects them without an `.arch` naming their extensions
+// (`.arch_extension dotprod` alone is not enough below Armv8.2). The
+// directive holds for the rest of the file, so it names a superset of what
+// any of our targets emits (crypto for NEON, sve2-aes for SVE2); it only
+// widens what the assembler accepts, the compiler's code does not change.
+#define SPARROW_ARM_ASM_ARCH ".arch armv8.2-a+crypto+dotprod+i8mm+sve2-aes\n\t"
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace sparrow::simd {
@@ -88,6 +102,18 @@ namespace hn = hwy::HWY_NAMESPACE;
 #define SPARROW_INT8_SDOT_NEON 1  // NEON, where CpuHasArmDotProd()
 #else
 #undef SPARROW_INT8_SDOT_NEON
+#endif
+// Arm's `smmla` (the i8mm extension, Armv8.6; Cortex-A510/A710/X2 and
+// later, Neoverse V1/N2): a 2x8 by 8x2 int8 matrix product added to a 2x2
+// int32 tile, 32 products per instruction against `sdot`'s 16. The packed
+// Q4_0 kernel uses it for pairs of tokens (packed_gemv-inl.h), on NEON and
+// on SVE targets (in 128-bit NEON registers, which every SVE CPU has),
+// where CpuHasArmI8mm().
+#if HWY_ARCH_ARM_A64 && (HWY_TARGET == HWY_NEON || HWY_HAVE_SCALABLE) && \
+    (defined(__GNUC__) || defined(__clang__))
+#define SPARROW_INT8_MMLA 1
+#else
+#undef SPARROW_INT8_MMLA
 #endif
 
 // Whether this CPU has the VNNI form the target can use (EVEX on AVX3, VEX
@@ -296,7 +322,7 @@ struct NeonSdotByteDotSum {
     return Acc{vdotq_s32(acc.raw, vreinterpretq_s8_u8(a.raw), vreinterpretq_s8_u8(b.raw))};
 #else
     int32x4_t raw = acc.raw;
-    asm(".arch armv8.2-a+crypto+dotprod\n\tsdot %0.4s, %1.16b, %2.16b"
+    asm(SPARROW_ARM_ASM_ARCH "sdot %0.4s, %1.16b, %2.16b"
         : "+w"(raw)
         : "w"(a.raw), "w"(b.raw));
     return Acc{raw};
@@ -304,6 +330,19 @@ struct NeonSdotByteDotSum {
   }
   static HWY_INLINE hn::Vec<DI32> Total(Acc acc) { return acc; }
 };
+#endif
+
+#ifdef SPARROW_INT8_MMLA
+// acc (2x2 int32, row-major) += a (2x8 int8, row-major) . b (2x8 int8,
+// row-major)^T: lane 2i + j gains row i of a dotted with row j of b.
+HWY_INLINE int32x4_t MatMulAddBytes(int32x4_t acc, int8x16_t a, int8x16_t b) {
+#ifdef __ARM_FEATURE_MATMUL_INT8
+  return vmmlaq_s32(acc, a, b);
+#else
+  asm(SPARROW_ARM_ASM_ARCH "smmla %0.4s, %1.16b, %2.16b" : "+w"(acc) : "w"(a), "w"(b));
+  return acc;
+#endif
+}
 #endif
 
 // Calls body(ByteDotSum-like form) with the best form this CPU runs: the

@@ -344,6 +344,83 @@ HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
     hn::StoreU(hn::Sub(acc_b, mins_b), df, y2);
   }
 }
+
+#ifdef SPARROW_INT8_MMLA
+// One packed Q4_0 group times two inputs with `smmla` (2 rows x 2 tokens x
+// 8 columns per instruction): y0[0..7] for input 0, y1[0..7] for input 1.
+// A chunk of 16 bytes holds 4 nibble bytes of each of 4 rows; zipping the
+// 32-bit words of chunks k and k + 1 lines up 8 bytes of a row pair, the
+// operand form of smmla, and the activations of the two tokens for the same
+// 8 columns make the other operand. Integer sums are those of the other
+// forms, and every float step (scale = d * sx, acc += dot * scale, off +=
+// scale * sum, y = acc - 8 off, each fused) is the single-token kernel's,
+// so results are bit for bit PackedGemv's.
+HWY_INLINE void PackedQ4_0GroupMmla(const uint8_t* HWY_RESTRICT p, size_t nblocks,
+                                    const int8_t* HWY_RESTRICT xq0,
+                                    const float* HWY_RESTRICT sx0,
+                                    const float* HWY_RESTRICT sum0,
+                                    const int8_t* HWY_RESTRICT xq1,
+                                    const float* HWY_RESTRICT sx1,
+                                    const float* HWY_RESTRICT sum1, float* HWY_RESTRICT y0,
+                                    float* HWY_RESTRICT y1) {
+  // Tile j covers rows 2j, 2j + 1: lanes (row 2j, token 0), (2j, 1),
+  // (2j + 1, 0), (2j + 1, 1).
+  float32x4_t acc[4], off[4];
+  for (size_t j = 0; j < 4; ++j) acc[j] = off[j] = vdupq_n_f32(0.0f);
+  const uint8x16_t low4 = vdupq_n_u8(15);
+  for (size_t b = 0; b < nblocks; ++b, p += kPackedBlockBytes) {
+    __builtin_prefetch(p + 2048);
+    __builtin_prefetch(p + 2048 + 64);
+    __builtin_prefetch(p + 2048 + 128);
+    // Columns 8o..8o+7 of both tokens: o = 0, 1 pair with the low nibbles
+    // of chunks (0, 1) and (2, 3); o = 2, 3 with their high nibbles.
+    int8x16_t x[4];
+    for (size_t o = 0; o < 4; ++o) {
+      x[o] = vcombine_s8(vld1_s8(xq0 + 32 * b + 8 * o), vld1_s8(xq1 + 32 * b + 8 * o));
+    }
+    int32x4_t dot[4];
+    for (size_t part = 0; part < 2; ++part) {
+      const uint8_t* q = p + kPackedScaleBytes + 16 * part;
+      const uint32x4_t c0 = vreinterpretq_u32_u8(vld1q_u8(q));
+      const uint32x4_t c1 = vreinterpretq_u32_u8(vld1q_u8(q + 32));
+      const uint32x4_t c2 = vreinterpretq_u32_u8(vld1q_u8(q + 64));
+      const uint32x4_t c3 = vreinterpretq_u32_u8(vld1q_u8(q + 96));
+      for (size_t h = 0; h < 2; ++h) {  // row pair (4 part + 2h, 4 part + 2h + 1)
+        const uint8x16_t w01 = vreinterpretq_u8_u32(h ? vzip2q_u32(c0, c1) : vzip1q_u32(c0, c1));
+        const uint8x16_t w23 = vreinterpretq_u8_u32(h ? vzip2q_u32(c2, c3) : vzip1q_u32(c2, c3));
+        int32x4_t d = vdupq_n_s32(0);
+        d = MatMulAddBytes(d, vreinterpretq_s8_u8(vandq_u8(w01, low4)), x[0]);
+        d = MatMulAddBytes(d, vreinterpretq_s8_u8(vandq_u8(w23, low4)), x[1]);
+        d = MatMulAddBytes(d, vreinterpretq_s8_u8(vshrq_n_u8(w01, 4)), x[2]);
+        d = MatMulAddBytes(d, vreinterpretq_s8_u8(vshrq_n_u8(w23, 4)), x[3]);
+        dot[2 * part + h] = d;
+      }
+    }
+    uint16_t hbits[8];
+    std::memcpy(hbits, p, sizeof(hbits));
+    const float32x4_t d03 = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(hbits)));
+    const float32x4_t d47 = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(hbits + 4)));
+    const float32x2_t sx2 = {sx0[b], sx1[b]};
+    const float32x2_t sum2 = {sum0[b], sum1[b]};
+    const float32x4_t vsx = vcombine_f32(sx2, sx2);
+    const float32x4_t vsum = vcombine_f32(sum2, sum2);
+    for (size_t j = 0; j < 4; ++j) {
+      const float32x4_t d4 = j < 2 ? d03 : d47;
+      const float32x4_t rows = (j % 2 == 0) ? vzip1q_f32(d4, d4) : vzip2q_f32(d4, d4);
+      const float32x4_t scale = vmulq_f32(rows, vsx);
+      acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(dot[j]), scale);
+      off[j] = vfmaq_f32(off[j], scale, vsum);
+    }
+  }
+  for (size_t j = 0; j < 4; ++j) {
+    const float32x4_t r = vfmsq_f32(acc[j], vdupq_n_f32(8.0f), off[j]);
+    y0[2 * j] = vgetq_lane_f32(r, 0);
+    y1[2 * j] = vgetq_lane_f32(r, 1);
+    y0[2 * j + 1] = vgetq_lane_f32(r, 2);
+    y1[2 * j + 1] = vgetq_lane_f32(r, 3);
+  }
+}
+#endif  // SPARROW_INT8_MMLA
 #endif  // HWY_TARGET == HWY_SCALAR
 
 // y[t * y_stride + 8 * g + r] for the n inputs (x[t]: quantized, scales,
@@ -357,7 +434,21 @@ HWY_INLINE void PackedGemvWith(TensorType type, const uint8_t* HWY_RESTRICT data
   const size_t group_bytes = nblocks * (k_quant ? kPackedSuperBytes : kPackedBlockBytes);
   auto run = [&](size_t g, size_t g2, bool pair) HWY_ATTR {
     const uint8_t* p2 = pair ? data + g2 * group_bytes : nullptr;
-    for (size_t t = 0; t < n; ++t) {
+    size_t t = 0;
+#ifdef SPARROW_INT8_MMLA
+    if (!k_quant && n >= 2 && CpuHasArmI8mm()) {
+      for (; t + 2 <= n; t += 2) {
+        float* yt = y + t * y_stride;
+        for (size_t i = 0; i < (pair ? 2u : 1u); ++i) {
+          const size_t gi = i == 0 ? g : g2;
+          PackedQ4_0GroupMmla(data + gi * group_bytes, nblocks, x[t].quantized(), x[t].scales(),
+                              x[t].sums(), x[t + 1].quantized(), x[t + 1].scales(),
+                              x[t + 1].sums(), yt + 8 * gi, yt + y_stride + 8 * gi);
+        }
+      }
+    }
+#endif
+    for (; t < n; ++t) {
       float* yt = y + t * y_stride;
       float* y2 = pair ? yt + 8 * g2 : nullptr;
       const int8_t* xq = x[t].quantized();

@@ -13,7 +13,15 @@ namespace sparrow::simd {
 namespace HWY_NAMESPACE {
 
 bool PackedPreferredT() { return PackedPreferredImpl(); }
-const char* PackedDotFormT() { return ByteDotFormName(); }
+const char* PackedDotFormT() {
+#ifdef SPARROW_INT8_MMLA
+  if (CpuHasArmI8mm()) {
+    return HWY_HAVE_SCALABLE ? "sdot (SVE), smmla (i8mm) for pairs of Q4_0 tokens"
+                             : "sdot (NEON dotprod), smmla (i8mm) for pairs of Q4_0 tokens";
+  }
+#endif
+  return ByteDotFormName();
+}
 
 void QuantizeInt8T(const float* x, size_t n, int8_t* q, float* scales, float* sums) {
   QuantizeInt8Impl(x, n, q, scales, sums);

@@ -61,8 +61,9 @@ void PackMatrix(TensorType type, uint8_t* data, size_t rows, size_t cols);
 // are faster, and the engine does not pack.
 bool PackedGemvPreferred();
 // The 8-bit dot-product form the packed kernels use with the dispatched
-// target on this CPU: "vpdpbusd (AVX-512 VNNI)", "pmaddubsw", "sdot (SVE)",
-// "sdot (NEON dotprod)" or "emulated".
+// target on this CPU: "vpdpbusd (AVX-512 VNNI)", "vpdpbusd (AVX-VNNI)",
+// "pmaddubsw", "sdot (SVE)", "sdot (NEON dotprod)" or "emulated", and on Arm
+// with i8mm ", smmla (i8mm) for pairs of Q4_0 tokens" after the sdot form.
 const char* PackedGemvDotForm();
 
 // The activation vector in the packed kernels' form; prepare it once, then

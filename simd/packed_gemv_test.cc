@@ -163,6 +163,51 @@ TEST_CASE("PackedGemv matches the reference within the int8 bound on every targe
   HideCpuExtensionsForTest(false);
 }
 
+// A batch multiplies each group with every input (on Arm with i8mm, pairs of
+// inputs at once with smmla): each input's results must be bit for bit
+// its single-input ones, for every count (odd ones leave a single input),
+// on every target and with the run-time CPU extensions hidden.
+TEST_CASE("PackedGemvBatch gives each input PackedGemv's results bit for bit") {
+  for (bool hidden : {false, true}) {
+    HideCpuExtensionsForTest(hidden);
+    for (TensorType type : kTypes) {
+      const size_t cols = BlockElems(type) * (type == TensorType::kQ4_0 ? 12 : 3);
+      const size_t groups = 5, rows = groups * kPackedRows;
+      std::vector<uint8_t> w = RandomRows(type, rows, cols, 7);
+      PackMatrix(type, w.data(), rows, cols);
+      std::vector<PackedGemvInput> inputs(5);
+      for (size_t t = 0; t < inputs.size(); ++t) {
+        const std::vector<float> x = RandomVector(cols, 11 + static_cast<uint32_t>(t));
+        inputs[t].Prepare(x.data(), cols);
+      }
+      ForEachTarget([&](const Target& target) {
+        CAPTURE(target.name);
+        CAPTURE(hidden);
+        CAPTURE(TensorTypeName(type));
+        std::vector<std::vector<float>> single(inputs.size(), std::vector<float>(rows));
+        for (size_t t = 0; t < inputs.size(); ++t) {
+          PackedGemv(type, w.data(), cols, inputs[t], 0, groups, single[t].data());
+        }
+        for (size_t n = 1; n <= inputs.size(); ++n) {
+          CAPTURE(n);
+          const size_t stride = rows + 3;
+          std::vector<float> y(n * stride, -1.0f);
+          PackedGemvBatch(type, w.data(), cols, inputs.data(), n, 1, groups, y.data(), stride);
+          for (size_t t = 0; t < n; ++t) {
+            CAPTURE(t);
+            for (size_t r = 0; r < kPackedRows; ++r) CHECK(y[t * stride + r] == -1.0f);
+            for (size_t r = kPackedRows; r < rows; ++r) {
+              CAPTURE(r);
+              CHECK(y[t * stride + r] == single[t][r]);
+            }
+          }
+        }
+      });
+    }
+  }
+  HideCpuExtensionsForTest(false);
+}
+
 TEST_CASE("PackedGemvInput rounds each block's largest value to +-127") {
   std::vector<float> x(64, 0.0f);
   x[3] = -2.0f;

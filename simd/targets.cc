@@ -186,6 +186,15 @@ bool CpuHasArmDotProd() {
 #endif
 }
 
+bool CpuHasArmI8mm() {
+#if defined(__aarch64__) && defined(__linux__)
+  static const bool has = (getauxval(AT_HWCAP2) & (1UL << 13)) != 0;  // HWCAP2_I8MM
+  return has && !extensions_hidden;
+#else
+  return false;
+#endif
+}
+
 bool CpuHasX86Vnni(bool evex) {
 #if defined(__x86_64__) || defined(__i386__)
   // CPUID leaf 7: subleaf 0 ECX bit 11 is AVX512_VNNI, EBX bit 31 AVX512VL;

@@ -30,10 +30,13 @@ std::string CpuFeatures();
 // Whether this is an Arm CPU with the NEON dot-product extension (`sdot`;
 // Linux HWCAP_ASIMDDP). Read once; false on other architectures.
 bool CpuHasArmDotProd();
+// Whether this is an Arm CPU with the int8 matrix-multiply extension
+// (`smmla`; Linux HWCAP2_I8MM). Read once; false on other architectures.
+bool CpuHasArmI8mm();
 // Whether this is an x86 CPU with vpdpbusd in the EVEX form (AVX-512 VNNI
 // and VL, evex=true) or the VEX form (AVX-VNNI, evex=false). Read once.
 bool CpuHasX86Vnni(bool evex);
-// Makes the two functions above answer false while `hidden` (tests: the
+// Makes the three functions above answer false while `hidden` (tests: the
 // kernels' forms for CPUs without these extensions run on any CPU).
 void HideCpuExtensionsForTest(bool hidden);
 
