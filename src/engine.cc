@@ -8,7 +8,6 @@
 #include "formats/bundle.h"
 #include "formats/gguf.h"
 #include "formats/tokenizer_data.h"
-#include "src/model/dense_ffn.h"
 #include "base/threads.h"
 
 namespace sparrow {
@@ -40,6 +39,19 @@ struct BundleStorage {
   std::shared_ptr<gguf::GgufFile> resident;
 };
 
+// The shape of the sessions a run of these options holds.
+SessionShape ShapeFor(const EngineOptions& options, size_t n_ctx, size_t max_batch,
+                      size_t n_seqs) {
+  SessionShape shape;
+  shape.n_ctx = n_ctx;
+  shape.max_batch = max_batch;
+  shape.kv_types = options.kv_types;
+  shape.n_seqs = std::max<size_t>(n_seqs, 1);
+  shape.logits_rows = options.logits_rows;
+  shape.threads = static_cast<size_t>(ThreadCount());
+  return shape;
+}
+
 // What a bundle run charges to the budget before its unit caches:
 // everything fixed, then the least the streamed FFN can work with.
 struct BundleCharges {
@@ -56,8 +68,8 @@ BundleCharges ChargesOf(const bundle::Bundle& bndl, const ModelConfig& config,
   c.process = ProcessFootprintBytes(ThreadCount(), options.stream.io_threads);
   c.metadata = MetadataBytes(bndl.header());
   c.resident = bndl.resident_bytes();
-  c.session = Session::MemoryBytes(config, n_ctx, max_batch, options.logits_rows, ThreadCount(),
-                                   options.kv_types, options.n_seqs);
+  c.session = Session::MemoryBytes(config, ShapeFor(options, n_ctx, max_batch, options.n_seqs),
+                                   /*dense_ffn=*/false);
   c.ffn_minimum = StreamedFeedForward::MinimumBytes(bndl, options.stream, config, max_batch);
   return c;
 }
@@ -136,7 +148,8 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   trace.dram_budget = options.dram_budget;
   trace.threads = ThreadCount();
   out.streamed = ffn.get();
-  out.model->set_feed_forward(std::move(ffn));
+  out.ffn = std::move(ffn);
+  out.logits_rows = options.logits_rows;
   return out;
 }
 
@@ -167,10 +180,10 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
   out.budget = std::make_shared<MemoryBudget>(options.dram_budget);
   const uint64_t process = ProcessFootprintBytes(ThreadCount(), 0);
   const uint64_t weights = out.model->weight_bytes();
+  out.logits_rows = options.logits_rows;
   auto session_bytes = [&](size_t n_seqs) {
-    return Session::MemoryBytes(c, out.n_ctx, out.max_batch, options.logits_rows, ThreadCount(),
-                                options.kv_types, n_seqs) +
-           DenseFeedForward::ScratchBytes(c.d_ff, out.max_batch);
+    return Session::MemoryBytes(c, ShapeFor(options, out.n_ctx, out.max_batch, n_seqs),
+                                /*dense_ffn=*/true);
   };
   if (options.n_seqs == 0) {
     const size_t top = std::max<size_t>(options.max_auto_seqs, 1);
@@ -225,6 +238,16 @@ uint64_t ProcessFootprintBytes(size_t compute_threads, size_t io_threads) {
   return kCodeLibrariesAndHeap + kOneDnnAtWork + kPerThread * (compute_threads + io_threads);
 }
 
+
+std::unique_ptr<Session> LoadedModel::NewSession(size_t ctx, size_t seqs) const {
+  SessionShape shape;
+  shape.n_ctx = ctx > 0 ? ctx : n_ctx;
+  shape.max_batch = max_batch;
+  shape.kv_types = kv_types;
+  shape.n_seqs = seqs > 0 ? seqs : n_seqs;
+  shape.logits_rows = logits_rows;
+  return std::make_unique<Session>(*model, shape, ffn.get());
+}
 
 LoadedModel OpenModel(const std::string& path, const EngineOptions& options) {
   if (bundle::Bundle::LooksLikeBundle(path)) return OpenBundle(path, options);

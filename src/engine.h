@@ -39,14 +39,24 @@ struct EngineOptions {
 
 struct LoadedModel {
   std::unique_ptr<Model> model;
+  // The streamed FFN of a bundle (one per process: it owns the unit caches
+  // the budget was charged for, and serves one session's pass at a time);
+  // nullptr for a GGUF, whose sessions each run a dense FFN of their own.
+  std::unique_ptr<FeedForward> ffn;
   size_t n_ctx = 0;
   size_t max_batch = 0;
   size_t n_seqs = 1;      // what the budget was charged for: sessions hold this many
   std::string block_note;  // how an automatic n_seqs was chosen (for --stats)
   KvCacheTypes kv_types;  // what the budget was charged for: sessions use it
   std::shared_ptr<MemoryBudget> budget;
-  StreamedFeedForward* streamed = nullptr;  // set when the FFN streams
+  size_t logits_rows = 1;  // what the budget was charged for (EngineOptions::logits_rows)
+  StreamedFeedForward* streamed = nullptr;  // `ffn` when the FFN streams
   std::string format;                       // "gguf" or "bundle"
+
+  // A session (forward context) over the model with the shape the budget
+  // was charged for; ctx/seqs 0: n_ctx/n_seqs. A bundle's sessions run the
+  // streamed FFN, one at a time.
+  std::unique_ptr<Session> NewSession(size_t ctx = 0, size_t seqs = 0) const;
 };
 
 // InputError for a file that is neither, a broken file, or a budget that

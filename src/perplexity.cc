@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "src/engine.h"
 #include "src/model/model.h"
 
 namespace sparrow {
@@ -20,9 +21,9 @@ double LogProbability(const float* logits, size_t n, int32_t target) {
 }  // namespace
 
 PerplexityResult ComputePerplexity(
-    const Model& model, const std::vector<int32_t>& tokens, size_t n_ctx,
-    size_t max_batch, KvCacheTypes kv_types, size_t max_chunks,
-    const std::function<void(size_t, double)>& on_chunk) {
+    const LoadedModel& loaded, const std::vector<int32_t>& tokens, size_t n_ctx,
+    size_t max_chunks, const std::function<void(size_t, double)>& on_chunk) {
+  const Model& model = *loaded.model;
   if (n_ctx < 4) ThrowInputError("perplexity needs a context of at least 4 tokens");
   size_t chunks = tokens.size() / n_ctx;
   if (max_chunks > 0) chunks = std::min(chunks, max_chunks);
@@ -33,7 +34,8 @@ PerplexityResult ComputePerplexity(
   const Tokenizer& tok = model.tokenizer();
   const size_t n_vocab = model.config().n_vocab;
   const size_t first = n_ctx / 2;
-  Session session(model, n_ctx, max_batch, kv_types);
+  const std::unique_ptr<Session> owned = loaded.NewSession(n_ctx, 1);
+  Session& session = *owned;
   std::vector<int32_t> chunk(n_ctx);
   double nll = 0.0, nll2 = 0.0;
   size_t count = 0;

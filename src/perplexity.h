@@ -13,11 +13,9 @@
 #include <functional>
 #include <vector>
 
-#include "src/model/kv_cache.h"
-
 namespace sparrow {
 
-class Model;
+struct LoadedModel;
 
 struct PerplexityResult {
   size_t chunks = 0;
@@ -26,10 +24,12 @@ struct PerplexityResult {
   double ppl_stderr = 0.0;
 };
 
-// max_chunks = 0: all whole chunks. on_chunk(i, running_ppl) after each.
+// Runs in one session of `loaded` (LoadedModel::NewSession) of n_ctx
+// positions, which the budget should have been charged for with
+// EngineOptions::logits_rows = n_ctx. max_chunks = 0: all whole chunks.
+// on_chunk(i, running_ppl) after each.
 PerplexityResult ComputePerplexity(
-    const Model& model, const std::vector<int32_t>& tokens, size_t n_ctx,
-    size_t max_batch, KvCacheTypes kv_types, size_t max_chunks,
-    const std::function<void(size_t, double)>& on_chunk = nullptr);
+    const LoadedModel& loaded, const std::vector<int32_t>& tokens, size_t n_ctx,
+    size_t max_chunks, const std::function<void(size_t, double)>& on_chunk = nullptr);
 
 }  // namespace sparrow

@@ -475,12 +475,14 @@ TEST_CASE("a streamed model works on after a pass that failed part way") {
   options.n_ctx = 64;
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 301, 29};
   LoadedModel fresh = OpenModel(path, options);
-  Session reference(*fresh.model, options.n_ctx);
+  const std::unique_ptr<Session> reference_session = fresh.NewSession();
+  Session& reference = *reference_session;
   const float* want_logits = reference.Eval(prompt.data(), prompt.size(), false);
   const std::vector<float> want(want_logits, want_logits + fresh.model->config().n_vocab);
 
   LoadedModel loaded = OpenModel(path, options);
-  Session session(*loaded.model, options.n_ctx);
+  const std::unique_ptr<Session> owned = loaded.NewSession();
+  Session& session = *owned;
   {
     const FlippedByte flip(path, middle.UnitOffset(middle.n_units / 2) + 3);
     const std::string msg = ErrorOf([&] { session.Eval(prompt.data(), prompt.size(), false); });
@@ -492,6 +494,31 @@ TEST_CASE("a streamed model works on after a pass that failed part way") {
   // Only completed passes are in the statistics.
   CHECK(loaded.streamed->stats().per_token().size() == 1);
   CHECK_FALSE(loaded.streamed->stats().open());
+}
+
+// A bundle's model has no FFN weights: its sessions run the engine's one
+// streamed FFN (its unit caches are what the budget holds), taking turns.
+// A session cannot be made without it, and two passes cannot overlap.
+TEST_CASE("a bundle's sessions share its streamed FFN one pass at a time") {
+  TempDir dir;
+  const std::string path = dir.File("stories.sparrow");
+  ConvertGgufToBundle(Stories(), path, ConvertOptions{});
+  EngineOptions options;
+  options.n_ctx = 64;
+  LoadedModel loaded = OpenModel(path, options);
+  CHECK_FALSE(loaded.model->has_ffn_weights());
+  CHECK_THROWS_AS(Session(*loaded.model, 64), std::logic_error);
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 301, 29};
+  const std::unique_ptr<Session> a = loaded.NewSession(), b = loaded.NewSession();
+  const float* la = a->Eval(prompt.data(), prompt.size(), false);
+  const std::vector<float> first(la, la + loaded.model->config().n_vocab);
+  const float* lb = b->Eval(prompt.data(), prompt.size(), false);
+  for (size_t i = 0; i < first.size(); ++i) REQUIRE(lb[i] == first[i]);
+  CHECK(loaded.streamed->stats().per_token().size() == 2);
+  loaded.ffn->BeginPass(1);
+  CHECK_THROWS_AS(b->Eval(prompt.data(), 1, false), std::logic_error);
+  loaded.ffn->EndPass(true);
+  CHECK(b->n_past() == prompt.size());
 }
 
 TEST_CASE("a re-quantized GGUF counts what it converted; a type no weight can take is refused") {

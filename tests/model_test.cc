@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/error.h"
@@ -138,7 +139,10 @@ TEST_CASE("stories260K: a batch mixing sequences gives each the logits it gets a
   small.Reset(1);
   // The budget charges one KV cache per sequence.
   const ModelConfig& c = model->config();
-  CHECK(Session::MemoryBytes(c, 256, 64, 1, 1, {}, 3) - Session::MemoryBytes(c, 256, 64, 1, 1, {}) ==
+  const SessionShape one{256, 64, {}, 1, 1, 1};
+  SessionShape three = one;
+  three.n_seqs = 3;
+  CHECK(Session::MemoryBytes(c, three, true) - Session::MemoryBytes(c, one, true) ==
         2 * KvCache::Bytes(KvShape{c.n_layers, 256, c.n_kv_heads, c.head_dim}, {}));
 }
 
@@ -204,7 +208,10 @@ TEST_CASE("stories260K: f16 and Q8_0 KV caches stay close to f32; the budget cha
   CHECK(KvCache::Bytes(shape, {simd::KvType::kQ8_0, simd::KvType::kQ8_0}) ==
         2ull * c.n_layers * 256 * c.n_kv_heads * (c.head_dim + 2));
   CHECK(KvCache(shape, f32).bytes() == KvCache::Bytes(shape, f32));
-  CHECK(Session::MemoryBytes(c, 256, 64, 1, 1, f32) - Session::MemoryBytes(c, 256, 64, 1, 1, {}) ==
+  const SessionShape f16_shape{256, 64, {}, 1, 1, 1};
+  SessionShape f32_shape = f16_shape;
+  f32_shape.kv_types = f32;
+  CHECK(Session::MemoryBytes(c, f32_shape, true) - Session::MemoryBytes(c, f16_shape, true) ==
         f16_bytes);
 }
 
@@ -219,5 +226,68 @@ TEST_CASE("KV cache type names: llama.cpp's, anything else an InputError listing
   } catch (const InputError& e) {
     CHECK(std::string(e.what()) ==
           "--cache-type-v: unknown KV cache type 'q4_0' (choose from f16, f32, q8_0)");
+  }
+}
+
+// The model is immutable: two sessions over it own their KV caches,
+// workspaces and dense FFN scratch, so they can run at the same time (a
+// shared FFN scratch, as the model once handed out, would mix their
+// activations) and each gets what it gets alone.
+TEST_CASE("stories260K: two sessions run side by side on one model, each its own state") {
+  std::unique_ptr<Model> model = Model::Open(SharedPath("models/stories260K.gguf"));
+  const size_t v = model->config().n_vocab;
+  const std::vector<std::vector<int32_t>> prompts = {
+      model->tokenizer().Encode("Once upon a time, there was a cat", true),
+      model->tokenizer().Encode("The little dog ran to the park and", true)};
+  std::vector<std::vector<float>> alone(2);
+  for (size_t i = 0; i < 2; ++i) {
+    Session s(*model, 64);
+    for (size_t t = 0; t < prompts[i].size(); ++t) {
+      const float* l = s.Eval(&prompts[i][t], 1, false);
+      alone[i].insert(alone[i].end(), l, l + v);
+    }
+  }
+  std::vector<std::vector<float>> together(2);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      Session s(*model, 64);
+      for (int round = 0; round < 20; ++round) {  // long enough to overlap
+        s.Reset();
+        together[i].clear();
+        for (size_t t = 0; t < prompts[i].size(); ++t) {
+          const float* l = s.Eval(&prompts[i][t], 1, false);
+          together[i].insert(together[i].end(), l, l + v);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < 2; ++i) CHECK(together[i] == alone[i]);
+}
+
+// One plan sizes the workspace: what a session charges is its KV caches
+// plus the plan, and the workspace allocates exactly the plan's buffers.
+TEST_CASE("the workspace allocates what its plan charges") {
+  std::unique_ptr<Model> model = Model::Open(SharedPath("models/stories260K.gguf"));
+  const ModelConfig& c = model->config();
+  for (bool dense : {true, false}) {
+    CAPTURE(dense);
+    const WorkspacePlan plan = WorkspacePlan::For(c, 128, 32, 5, 3, dense);
+    const Workspace ws(plan);
+    const uint64_t allocated =
+        (ws.x.size() + ws.h.size() + ws.o.size() + ws.q.size() + ws.att.size() + ws.k.size() +
+         ws.v.size() + ws.rope_cos.size() + ws.rope_sin.size() + ws.scores.size() +
+         ws.logits.size() + ws.ffn_gate.size() + ws.ffn_up.size()) *
+        sizeof(float);
+    const size_t widest = std::max({size_t{c.d_model}, size_t{c.q_dim()}, size_t{c.d_ff}});
+    CHECK(allocated + ops::MatMulScratchBytes(widest, widest, 32) == plan.Bytes());
+    CHECK(ws.logits.size() == 5 * c.n_vocab);
+    CHECK(ws.scores.size() == 3 * 128);
+    CHECK((ws.ffn_gate.size() == (dense ? 32 * c.d_ff : 0)));
+    const SessionShape shape{128, 32, {}, 2, 5, 3};
+    CHECK(Session::MemoryBytes(c, shape, dense) ==
+          2 * KvCache::Bytes(KvShape{c.n_layers, 128, c.n_kv_heads, c.head_dim}, {}) +
+              plan.Bytes());
   }
 }

@@ -219,7 +219,8 @@ int BatchCommand(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", loaded.block_note.c_str());
   }
 
-  Session session(model, n_ctx, loaded.max_batch, loaded.kv_types, loaded.n_seqs);
+  const std::unique_ptr<Session> owned_session = loaded.NewSession(n_ctx, loaded.n_seqs);
+  Session& session = *owned_session;
   BlockDecoder decoder(model, session);
   // Lines go out in input order: each waits here for those before it.
   std::map<size_t, std::string> pending;

@@ -51,14 +51,16 @@ std::vector<int32_t> RandomTokens(size_t n, uint32_t vocab) {
 }
 
 double TimePrompt(const LoadedModel& loaded, const std::vector<int32_t>& tokens) {
-  Session session(*loaded.model, tokens.size(), loaded.max_batch, loaded.kv_types);
+  const std::unique_ptr<Session> owned_session = loaded.NewSession(tokens.size(), 1);
+  Session& session = *owned_session;
   const double t0 = NowSeconds();
   session.Eval(tokens.data(), tokens.size(), false);
   return NowSeconds() - t0;
 }
 
 double TimeGeneration(const LoadedModel& loaded, const std::vector<int32_t>& tokens) {
-  Session session(*loaded.model, tokens.size(), loaded.max_batch, loaded.kv_types);
+  const std::unique_ptr<Session> owned_session = loaded.NewSession(tokens.size(), 1);
+  Session& session = *owned_session;
   const double t0 = NowSeconds();
   for (const int32_t& t : tokens) session.Eval(&t, 1, false);
   return NowSeconds() - t0;

@@ -106,8 +106,7 @@ class Evaluator {
         ThrowInputError("the text has ", tokens_.size(), " tokens, fewer than one chunk of ", ctx_);
       }
     }
-    const PerplexityResult r = ComputePerplexity(model, tokens_, ctx_, loaded.max_batch,
-                                                 loaded.kv_types, max_chunks_);
+    const PerplexityResult r = ComputePerplexity(loaded, tokens_, ctx_, max_chunks_);
     chunks_ = r.chunks;
     std::fprintf(stderr, "ppl %.4f\n", r.ppl);
     measured_[key] = {f_in, r.ppl};

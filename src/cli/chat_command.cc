@@ -77,7 +77,8 @@ int ChatCommand(int argc, char** argv) {
   const ChatFormat& format = ChooseChatFormat(args["chat-template"].as<std::string>(),
                                              model.tokenizer().data().chat_template, &note);
 
-  Session session(model, loaded.n_ctx, loaded.max_batch, loaded.kv_types);
+  const std::unique_ptr<Session> owned_session = loaded.NewSession();
+  Session& session = *owned_session;
   Generator generator(session, model.tokenizer(), model.config().n_vocab);
   Conversation chat(generator, format, args["system"].as<std::string>());
 

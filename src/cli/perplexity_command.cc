@@ -53,8 +53,7 @@ int PerplexityCommand(int argc, char** argv) {
                ctx);
   const double t0 = NowSeconds();
   const PerplexityResult r = ComputePerplexity(
-      *model, tokens, static_cast<size_t>(ctx), loaded.max_batch, loaded.kv_types,
-      static_cast<size_t>(max_chunks),
+      loaded, tokens, static_cast<size_t>(ctx), static_cast<size_t>(max_chunks),
       [](size_t i, double ppl) {
         std::fprintf(stderr, "[%zu]%.4f,", i + 1, ppl);
         std::fflush(stderr);

@@ -53,7 +53,8 @@ int RunCommand(int argc, char** argv) {
     ThrowInputError("the prompt has ", prompt_tokens.size(),
                     " tokens, which leaves no room in a context of ", ctx);
   }
-  Session session(*model, loaded.n_ctx, loaded.max_batch, loaded.kv_types);
+  const std::unique_ptr<Session> owned_session = loaded.NewSession();
+  Session& session = *owned_session;
   Sampler sampler(sp);
 
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);

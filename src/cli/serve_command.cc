@@ -70,7 +70,8 @@ int ServeCommand(int argc, char** argv) {
                                              model.tokenizer().data().chat_template, &note);
   if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
 
-  Session session(model, loaded.n_ctx, loaded.max_batch, loaded.kv_types);
+  const std::unique_ptr<Session> owned_session = loaded.NewSession();
+  Session& session = *owned_session;
   Generator generator(session, model.tokenizer(), model.config().n_vocab);
   ChatPrompt chat(model.tokenizer(), format);
 

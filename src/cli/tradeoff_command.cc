@@ -52,7 +52,8 @@ struct DecodeFigures {
 
 DecodeFigures Decode(const LoadedModel& loaded, const std::vector<int32_t>& prompt, size_t n_gen) {
   const Model& model = *loaded.model;
-  Session session(model, loaded.n_ctx, loaded.max_batch, loaded.kv_types);
+  const std::unique_ptr<Session> owned_session = loaded.NewSession();
+  Session& session = *owned_session;
   const float* logits = session.Eval(prompt.data(), prompt.size(), false);
   const size_t first_record = loaded.streamed->stats().per_token().size();
   double seconds = 0.0;
@@ -222,8 +223,7 @@ int TradeoffCommand(int argc, char** argv) {
         if (tokens.size() < static_cast<size_t>(std::max(ctx, prompt_len))) {
           ThrowInputError("the text has ", tokens.size(), " tokens, fewer than one chunk of ", ctx);
         }
-        const PerplexityResult r = ComputePerplexity(model, tokens, static_cast<size_t>(ctx),
-                                                     loaded.max_batch, loaded.kv_types,
+        const PerplexityResult r = ComputePerplexity(loaded, tokens, static_cast<size_t>(ctx),
                                                      static_cast<size_t>(chunks));
         p.ppl = r.ppl;
         p.ppl_stderr = r.ppl_stderr;

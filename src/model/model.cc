@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 
 #include "base/error.h"
 #include "formats/gguf.h"
@@ -39,10 +40,8 @@ std::unique_ptr<Model> Model::Open(std::shared_ptr<const gguf::GgufFile> file,
       BindWeights(config, file->tensors(), file->name(), /*with_ffn=*/true);
   auto storage = std::make_shared<std::pair<std::shared_ptr<const gguf::GgufFile>,
                                             std::shared_ptr<const void>>>(file, keep_alive);
-  auto model = std::make_unique<Model>(std::move(config), std::move(tokenizer),
-                                       std::move(weights), storage);
-  model->set_feed_forward(std::make_unique<DenseFeedForward>(model->weights()));
-  return model;
+  return std::make_unique<Model>(std::move(config), std::move(tokenizer), std::move(weights),
+                                 storage);
 }
 
 Model::Model(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer,
@@ -95,42 +94,57 @@ KvShape ShapeOf(const ModelConfig& c, size_t n_ctx) {
 
 }  // namespace
 
-Session::Session(const Model& model, size_t n_ctx, size_t max_batch, KvCacheTypes kv_types,
-                 size_t n_seqs)
-    : model_(model),
-      c_(model.config()),
-      max_batch_(std::max<size_t>(1, std::min(max_batch, n_ctx * std::max<size_t>(n_seqs, 1)))),
-      n_past_(std::max<size_t>(n_seqs, 1), 0) {
-  if (n_ctx == 0) ThrowInputError("context size must be at least 1");
-  kv_.reserve(n_past_.size());
-  for (size_t i = 0; i < n_past_.size(); ++i) kv_.emplace_back(ShapeOf(c_, n_ctx), kv_types);
-  const size_t b = max_batch_;
-  x_.Reset(b * c_.d_model);
-  h_.Reset(b * c_.d_model);
-  o_.Reset(b * c_.d_model);
-  q_.Reset(b * c_.q_dim());
-  att_.Reset(b * c_.q_dim());
-  k_.Reset(b * c_.kv_dim());
-  v_.Reset(b * c_.kv_dim());
-  rope_cos_.Reset(b * (c_.rope_dims / 2 + 1));
-  rope_sin_.Reset(b * (c_.rope_dims / 2 + 1));
+bool Model::has_ffn_weights() const {
+  return weights_.layers.empty() || weights_.layers[0].up.data != nullptr;
 }
 
-uint64_t Session::MemoryBytes(const ModelConfig& c, size_t n_ctx, size_t max_batch,
-                              size_t logits_rows, int threads, KvCacheTypes kv_types,
-                              size_t n_seqs) {
-  n_seqs = std::max<size_t>(n_seqs, 1);
-  const size_t b = std::max<size_t>(1, std::min(max_batch, n_ctx * n_seqs));
-  const uint64_t activations = 3ull * b * c.d_model + 2ull * b * c.q_dim() + 2ull * b * c.kv_dim() +
-                               2ull * b * (c.rope_dims / 2 + 1);
-  const uint64_t scores = static_cast<uint64_t>(threads) * n_ctx;
-  const uint64_t logits = static_cast<uint64_t>(std::max<size_t>(logits_rows, 1)) * c.n_vocab;
-  // Batched products keep a dequantized panel on this thread, as large as
-  // the largest matrix has needed (the dense FFN's included).
-  const size_t widest = std::max({size_t{c.d_model}, size_t{c.q_dim()}, size_t{c.d_ff}});
-  const uint64_t matmul_panel = ops::MatMulScratchBytes(widest, widest, b);
-  return n_seqs * KvCache::Bytes(ShapeOf(c, n_ctx), kv_types) +
-         (activations + scores + logits) * sizeof(float) + matmul_panel;
+namespace {
+
+// Tokens per pass: at most what the sequences' contexts can take at once.
+size_t PassTokens(const SessionShape& shape) {
+  const size_t seqs = std::max<size_t>(shape.n_seqs, 1);
+  return std::max<size_t>(1, std::min(shape.max_batch, shape.n_ctx * seqs));
+}
+
+const SessionShape& Checked(const SessionShape& shape) {
+  if (shape.n_ctx == 0) ThrowInputError("context size must be at least 1");
+  return shape;
+}
+
+WorkspacePlan PlanOf(const ModelConfig& c, const SessionShape& shape, bool dense_ffn) {
+  const size_t threads =
+      shape.threads > 0 ? shape.threads : static_cast<size_t>(std::max(ThreadCount(), 1));
+  return WorkspacePlan::For(c, shape.n_ctx, PassTokens(shape), shape.logits_rows, threads,
+                            dense_ffn);
+}
+
+}  // namespace
+
+Session::Session(const Model& model, size_t n_ctx, size_t max_batch, KvCacheTypes kv_types,
+                 size_t n_seqs)
+    : Session(model, SessionShape{n_ctx, max_batch, kv_types, n_seqs, 1, 0}) {}
+
+Session::Session(const Model& model, const SessionShape& shape, FeedForward* ffn)
+    : model_(model),
+      c_(model.config()),
+      max_batch_(PassTokens(Checked(shape))),
+      n_past_(std::max<size_t>(shape.n_seqs, 1), 0),
+      ws_(PlanOf(model.config(), shape, ffn == nullptr)),
+      own_ffn_(ffn != nullptr ? nullptr
+                              : std::make_unique<DenseFeedForward>(
+                                    model.weights(), ws_.ffn_gate.data(), ws_.ffn_up.data(),
+                                    max_batch_)),
+      ffn_(ffn != nullptr ? *ffn : *own_ffn_) {
+  if (ffn == nullptr && !model.has_ffn_weights()) {
+    throw std::logic_error("Session: a model without FFN weights needs the engine's streamed FFN");
+  }
+  kv_.reserve(n_past_.size());
+  for (size_t i = 0; i < n_past_.size(); ++i) kv_.emplace_back(ShapeOf(c_, shape.n_ctx), shape.kv_types);
+}
+
+uint64_t Session::MemoryBytes(const ModelConfig& c, const SessionShape& shape, bool dense_ffn) {
+  return std::max<size_t>(shape.n_seqs, 1) * KvCache::Bytes(ShapeOf(c, shape.n_ctx), shape.kv_types) +
+         PlanOf(c, shape, dense_ffn).Bytes();
 }
 
 const float* Session::Eval(const int32_t* tokens, size_t n, bool all_logits) {
@@ -160,8 +174,11 @@ const float* Session::EvalBatch(const std::vector<BatchToken>& batch) {
                       " tokens exceed the context size ", n_ctx());
     }
   }
-  logits_.resize(std::max<size_t>(wanted, 1) * c_.n_vocab);
-  float* out = logits_.data();
+  // More rows than planned (WorkspacePlan::logits_rows) grow the buffer.
+  if (ws_.logits.size() < std::max<size_t>(wanted, 1) * c_.n_vocab) {
+    ws_.logits.Reset(std::max<size_t>(wanted, 1) * c_.n_vocab);
+  }
+  float* out = ws_.logits.data();
   for (size_t done = 0; done < batch.size();) {
     const size_t n = std::min(max_batch_, batch.size() - done);
     tokens_.resize(n);
@@ -186,7 +203,7 @@ const float* Session::EvalBatch(const std::vector<BatchToken>& batch) {
     out += logit_rows_.size() * c_.n_vocab;
     done += n;
   }
-  return logits_.data();
+  return ws_.logits.data();
 }
 
 void Session::RopeTables(size_t n) {
@@ -194,8 +211,8 @@ void Session::RopeTables(size_t n) {
   const std::vector<float>& factors = model_.weights().rope_freq_factors;
   for (size_t t = 0; t < n; ++t) {
     const float pos = static_cast<float>(pos_[t]) * c_.rope_position_scale;
-    float* cos = rope_cos_.data() + t * pairs;
-    float* sin = rope_sin_.data() + t * pairs;
+    float* cos = ws_.rope_cos.data() + t * pairs;
+    float* sin = ws_.rope_sin.data() + t * pairs;
     if (factors.empty()) {
       simd::RopeAngles(pos, c_.rope_dims, c_.rope_base, cos, sin);
       continue;
@@ -216,22 +233,22 @@ void Session::Attention(uint32_t layer, size_t n) {
   const size_t group = c_.n_heads / c_.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t threads = static_cast<size_t>(ThreadCount());
-  if (scores_.size() < threads * n_ctx()) scores_.Reset(threads * n_ctx());
+  if (ws_.scores.size() < threads * n_ctx()) ws_.scores.Reset(threads * n_ctx());  // more threads than planned
   // Enough (query, head) pairs per chunk that a thread's share outweighs
   // the cost of waking it (~32K multiply-adds).
   const size_t longest = *std::max_element(pos_.begin(), pos_.begin() + n) + 1;
   const size_t work_per_item = longest * hd * 2;
   const size_t grain = std::max<size_t>(1, 32768 / std::max<size_t>(work_per_item, 1));
   ParallelFor(n * c_.n_heads, grain, [&](size_t begin, size_t end, int thread) {
-    float* scratch = scores_.data() + thread * n_ctx();
+    float* scratch = ws_.scores.data() + thread * n_ctx();
     for (size_t item = begin; item < end; ++item) {
       const size_t t = item / c_.n_heads;
       const size_t head = item % c_.n_heads;
       const size_t kv_head = head / group;
       const KvCache& kv = kv_[seq_[t]];
-      ops::AttentionHead(q_.data() + t * c_.q_dim() + head * hd, kv.Keys(layer, kv_head),
+      ops::AttentionHead(ws_.q.data() + t * c_.q_dim() + head * hd, kv.Keys(layer, kv_head),
                          kv.Values(layer, kv_head), pos_[t] + 1, hd, scale, scratch,
-                         att_.data() + t * c_.q_dim() + head * hd);
+                         ws_.att.data() + t * c_.q_dim() + head * hd);
     }
   });
 }
@@ -240,15 +257,15 @@ void Session::Forward(size_t n, float* logits) {
   const ModelWeights& w = model_.weights();
   const size_t d = c_.d_model;
   const size_t pairs = c_.rope_dims / 2;
-  float* x = x_.data();
-  float* h = h_.data();
+  float* x = ws_.x.data();
+  float* h = ws_.h.data();
 
   for (size_t t = 0; t < n; ++t) ops::GetRow(w.token_embd, tokens_[t], x + t * d);
   RopeTables(n);
 
   // The feed-forward hears where each pass begins and ends, also when an
   // exception ends it early (EndPass(false) must not throw).
-  FeedForward& ffn = model_.feed_forward();
+  FeedForward& ffn = ffn_;
   ffn.BeginPass(n);
   struct AbandonGuard {
     FeedForward& ffn;
@@ -263,34 +280,34 @@ void Session::Forward(size_t n, float* logits) {
     for (size_t t = 0; t < n; ++t) {
       ops::RmsNorm(x + t * d, l.attn_norm.data(), d, c_.rms_eps, h + t * d);
     }
-    ops::MatMul(l.wq, h, n, q_.data());
-    ops::MatMul(l.wk, h, n, k_.data());
-    ops::MatMul(l.wv, h, n, v_.data());
+    ops::MatMul(l.wq, h, n, ws_.q.data());
+    ops::MatMul(l.wk, h, n, ws_.k.data());
+    ops::MatMul(l.wv, h, n, ws_.v.data());
     for (size_t t = 0; t < n; ++t) {
-      float* q = q_.data() + t * c_.q_dim();
-      float* k = k_.data() + t * c_.kv_dim();
-      float* v = v_.data() + t * c_.kv_dim();
+      float* q = ws_.q.data() + t * c_.q_dim();
+      float* k = ws_.k.data() + t * c_.kv_dim();
+      float* v = ws_.v.data() + t * c_.kv_dim();
       if (c_.qkv_bias) {
         ops::AddInPlace(l.bq.data(), q, c_.q_dim());
         ops::AddInPlace(l.bk.data(), k, c_.kv_dim());
         ops::AddInPlace(l.bv.data(), v, c_.kv_dim());
       }
-      const float* cos = rope_cos_.data() + t * pairs;
-      const float* sin = rope_sin_.data() + t * pairs;
+      const float* cos = ws_.rope_cos.data() + t * pairs;
+      const float* sin = ws_.rope_sin.data() + t * pairs;
       ops::ApplyRope(q, c_.n_heads, c_.head_dim, c_.rope_dims, cos, sin, c_.rope_style);
       ops::ApplyRope(k, c_.n_kv_heads, c_.head_dim, c_.rope_dims, cos, sin, c_.rope_style);
       kv_[seq_[t]].StoreKeys(layer, pos_[t], k);
       kv_[seq_[t]].StoreValues(layer, pos_[t], v);
     }
     Attention(layer, n);
-    ops::MatMul(l.wo, att_.data(), n, o_.data());
-    ops::AddInPlace(o_.data(), x, n * d);
+    ops::MatMul(l.wo, ws_.att.data(), n, ws_.o.data());
+    ops::AddInPlace(ws_.o.data(), x, n * d);
 
     for (size_t t = 0; t < n; ++t) {
       ops::RmsNorm(x + t * d, l.ffn_norm.data(), d, c_.rms_eps, h + t * d);
     }
-    ffn.Forward(layer, h, n, o_.data());
-    ops::AddInPlace(o_.data(), x, n * d);
+    ffn.Forward(layer, h, n, ws_.o.data());
+    ops::AddInPlace(ws_.o.data(), x, n * d);
   }
   pass.open = false;
   ffn.EndPass(true);

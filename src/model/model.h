@@ -1,4 +1,6 @@
-// A loaded model and the sessions that run it. model.cc holds the whole
+// A loaded model and the sessions that run it. The model is immutable and
+// may serve any number of sessions; everything a forward pass writes (KV
+// caches, activations, the FFN's state) belongs to a session. model.cc holds the whole
 // forward pass of the supported architectures (llama, qwen2).
 #pragma once
 
@@ -13,6 +15,7 @@
 #include "src/model/feed_forward.h"
 #include "src/model/kv_cache.h"
 #include "src/model/weights.h"
+#include "src/model/workspace.h"
 #include "src/tokenizer/tokenizer.h"
 
 namespace sparrow {
@@ -34,9 +37,9 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelWeights& weights() const { return weights_; }
-  FeedForward& feed_forward() const { return *ffn_; }
-  // Replaces the dense feed-forward (streamed runtimes).
-  void set_feed_forward(std::unique_ptr<FeedForward> ffn) { ffn_ = std::move(ffn); }
+  // Whether the feed-forward weights are bound (a GGUF); a bundle's model
+  // has none, and its sessions run the engine's streamed FFN.
+  bool has_ffn_weights() const;
 
   // Parameters and bytes of all weight matrices and vectors.
   uint64_t parameter_count() const { return parameter_count_; }
@@ -51,7 +54,6 @@ class Model {
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelWeights weights_;
   std::shared_ptr<const void> storage_;
-  std::unique_ptr<FeedForward> ffn_;
   uint64_t parameter_count_ = 0;
   uint64_t weight_bytes_ = 0;
   std::string dominant_type_;
@@ -65,25 +67,41 @@ struct BatchToken {
   bool logits = false;
 };
 
-// The sequences being evaluated (each its own KV cache and position) and
-// the scratch of the passes that run them. A pass may mix tokens of several
-// sequences (block decoding: each weight read once serves every sequence);
-// tokens of one sequence take the positions that follow on from its
-// previous ones, in batch order. The single-sequence calls (Eval, n_past,
-// Reset, Rewind) are about sequence 0.
+// What a session holds: positions per sequence, tokens per forward pass
+// (longer inputs are split), how keys and values are stored, sequences,
+// logits rows a call keeps (perplexity: the context), attention threads
+// (0: ThreadCount()).
+struct SessionShape {
+  size_t n_ctx = 0;
+  size_t max_batch = 512;
+  KvCacheTypes kv_types;
+  size_t n_seqs = 1;
+  size_t logits_rows = 1;
+  size_t threads = 0;
+};
+
+// A forward context: the sequences being evaluated (each its own KV cache
+// and position), the workspace of its passes, and the feed-forward state
+// they use. A pass may mix tokens of several sequences (block decoding:
+// each weight read once serves every sequence); tokens of one sequence take
+// the positions that follow on from its previous ones, in batch order. The
+// single-sequence calls (Eval, n_past, Reset, Rewind) are about sequence 0.
 class Session {
  public:
-  // n_ctx: positions each sequence's KV cache holds. max_batch: tokens per
-  // forward pass; longer inputs are split. kv_types: how keys and values
-  // are stored. n_seqs: sequences held.
+  // With ffn == nullptr the session runs a dense FFN of its own over the
+  // model's weights (which must have them); otherwise `ffn` (the engine's
+  // streamed FFN), which must outlive the session and serve one session's
+  // pass at a time.
+  Session(const Model& model, const SessionShape& shape, FeedForward* ffn = nullptr);
+  // The same with a dense FFN of its own.
   Session(const Model& model, size_t n_ctx, size_t max_batch = 512,
           KvCacheTypes kv_types = {}, size_t n_seqs = 1);
 
-  // Bytes a session allocates (KV caches, activations, attention scratch,
-  // logits for `logits_rows` tokens), for the DRAM budget.
-  static uint64_t MemoryBytes(const ModelConfig& config, size_t n_ctx, size_t max_batch,
-                              size_t logits_rows, int threads, KvCacheTypes kv_types,
-                              size_t n_seqs = 1);
+  // Bytes a session of this shape allocates (KV caches and the workspace:
+  // activations, attention scratch, logits, the dense FFN's scratch when
+  // dense_ffn), for the DRAM budget: the plan its constructor allocates.
+  static uint64_t MemoryBytes(const ModelConfig& config, const SessionShape& shape,
+                              bool dense_ffn);
 
   // Runs `tokens` of sequence 0 at positions n_past() .. and returns their
   // logits: all of them (n x n_vocab, row-major) if all_logits, else the
@@ -119,6 +137,9 @@ class Session {
   size_t max_batch_;
   std::vector<size_t> n_past_;  // per sequence
   std::vector<KvCache> kv_;     // per sequence
+  Workspace ws_;
+  std::unique_ptr<FeedForward> own_ffn_;  // the dense FFN, when the session runs its own
+  FeedForward& ffn_;
   // The pass being run: token ids, sequences, positions, rows whose logits
   // are wanted.
   std::vector<int32_t> tokens_;
@@ -127,11 +148,6 @@ class Session {
   std::vector<size_t> logit_rows_;
   std::vector<BatchToken> single_;  // Eval's batch (kept: one allocation)
   std::vector<size_t> added_;       // EvalBatch's tokens per sequence
-  // Per-batch activations, each max_batch rows.
-  AlignedBuffer<float> x_, h_, q_, k_, v_, att_, o_;
-  AlignedBuffer<float> rope_cos_, rope_sin_;  // max_batch x rope_dims/2
-  AlignedBuffer<float> scores_;              // per thread: n_ctx
-  std::vector<float> logits_;
 };
 
 }  // namespace sparrow

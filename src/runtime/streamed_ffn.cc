@@ -534,12 +534,18 @@ void StreamedFeedForward::Choose(Group& g, const float* scores, size_t n, size_t
 
 void StreamedFeedForward::BeginPass(size_t n) {
   if (n > max_batch_) ThrowInputError("internal: batch of ", n, " exceeds ", max_batch_);
+  // One unit cache, one pass: two sessions may take turns, not overlap.
+  if (pass_open_) {
+    throw std::logic_error("StreamedFeedForward: a pass began while another was running");
+  }
+  pass_open_ = true;
   stats_.BeginToken(n);
   for (Group& g : groups_) g.eviction->BeginToken(token_);
   ++token_;
 }
 
 void StreamedFeedForward::EndPass(bool completed) {
+  pass_open_ = false;
   if (completed) {
     stats_.EndToken();
     return;

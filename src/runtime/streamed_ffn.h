@@ -176,6 +176,7 @@ class StreamedFeedForward : public FeedForward {
   std::vector<int> group_index_;        // (layer * 3 + kind) -> index in groups_
   StreamStats stats_;
   uint64_t token_ = 0;
+  bool pass_open_ = false;  // between BeginPass and EndPass
   uint32_t stamp_ = 0;
   // Scratch: coefficients/activations for max_batch tokens x width_, the
   // masked input, and the policy's per-token choices.
