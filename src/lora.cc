@@ -91,10 +91,11 @@ FusedLora FusedLora::Fuse(const gguf::GgufFile& base, const std::vector<LoraSpec
       u.a = ToF32(pair.a);
       u.b = ToF32(pair.b);
       // Hugging Face q/k rows are in checkpoint order; llama GGUFs hold
-      // them permuted (qwen2 GGUFs do not: its RoPE is the NeoX one).
+      // them permuted (qwen2 GGUFs do not: its RoPE is the NeoX one):
+      // Architecture::qk_rows_permuted.
       const bool q = pair.base_name.find(".attn_q.") != std::string::npos;
       const bool k = pair.base_name.find(".attn_k.") != std::string::npos;
-      if (adapter.hf_row_order && config.arch == "llama" && (q || k)) {
+      if (adapter.hf_row_order && config.architecture->qk_rows_permuted && (q || k)) {
         u.b = PermuteHeadRows(u.b, pair.n_out, pair.rank, q ? config.n_heads : config.n_kv_heads);
       }
       const float factor = adapter.Factor(pair, spec.scale);

@@ -291,3 +291,25 @@ TEST_CASE("the workspace allocates what its plan charges") {
               plan.Bytes());
   }
 }
+
+// The architecture table is what the loader and the forward pass read: a
+// file's general.architecture picks a row, anything else is refused with
+// the list.
+TEST_CASE("architectures: one row each, facts the engine reads") {
+  const Architecture* llama = FindArchitecture("llama");
+  const Architecture* qwen2 = FindArchitecture("qwen2");
+  REQUIRE(llama != nullptr);
+  REQUIRE(qwen2 != nullptr);
+  CHECK_FALSE(llama->qkv_bias);
+  CHECK(qwen2->qkv_bias);
+  CHECK(llama->rope_style == simd::RopeStyle::kAdjacentPairs);
+  CHECK(qwen2->rope_style == simd::RopeStyle::kHalves);
+  CHECK(llama->qk_rows_permuted);
+  CHECK_FALSE(qwen2->qk_rows_permuted);
+  CHECK(FindArchitecture("gpt2") == nullptr);
+  CHECK(FindArchitecture("") == nullptr);
+  CHECK(SupportedArchitectures() == "llama, qwen2");
+  std::unique_ptr<Model> model = Model::Open(SharedPath("models/stories260K.gguf"));
+  CHECK(model->config().architecture == llama);
+  CHECK(model->config().rms_eps == doctest::Approx(1e-5));
+}

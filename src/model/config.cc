@@ -29,9 +29,10 @@ ModelConfig ModelConfig::FromGguf(const gguf::GgufFile& file) {
   const std::optional<std::string> arch = file.GetString("general.architecture");
   if (!arch) ThrowInputError(file.name(), ": missing general.architecture");
   c.arch = *arch;
-  if (c.arch != "llama" && c.arch != "qwen2") {
+  c.architecture = FindArchitecture(c.arch);
+  if (c.architecture == nullptr) {
     ThrowInputError(file.name(), ": unsupported architecture '", c.arch,
-                    "' (supported: llama, qwen2)");
+                    "' (supported: ", SupportedArchitectures(), ")");
   }
   c.name = file.GetString("general.name").value_or(c.arch);
   const std::string p = c.arch + ".";
@@ -62,7 +63,7 @@ ModelConfig ModelConfig::FromGguf(const gguf::GgufFile& file) {
   }
   c.rms_eps = static_cast<float>(
       file.GetFloat(p + "attention.layer_norm_rms_epsilon")
-          .value_or(c.arch == "qwen2" ? 1e-6 : 1e-5));
+          .value_or(c.architecture->default_rms_eps));
   c.rope_base = static_cast<float>(file.GetFloat(p + "rope.freq_base").value_or(10000.0));
   if (!(c.rope_base > 1.0f) || !(c.rms_eps > 0.0f)) {
     ThrowInputError(file.name(), ": rope.freq_base and layer_norm_rms_epsilon must be positive");
@@ -77,9 +78,8 @@ ModelConfig ModelConfig::FromGguf(const gguf::GgufFile& file) {
     // weights; yarn and others are not implemented.
     ThrowInputError(file.name(), ": unsupported rope scaling '", scaling, "'");
   }
-  c.rope_style = c.arch == "qwen2" ? simd::RopeStyle::kHalves
-                                   : simd::RopeStyle::kAdjacentPairs;
-  c.qkv_bias = c.arch == "qwen2";
+  c.rope_style = c.architecture->rope_style;
+  c.qkv_bias = c.architecture->qkv_bias;
   return c;
 }
 

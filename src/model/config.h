@@ -5,6 +5,7 @@
 #include <string>
 
 #include "simd/rope.h"
+#include "src/model/architecture.h"
 
 namespace sparrow {
 namespace gguf {
@@ -12,7 +13,8 @@ class GgufFile;
 }
 
 struct ModelConfig {
-  std::string arch;  // "llama" or "qwen2"
+  std::string arch;  // general.architecture: a row of architecture.cc
+  const Architecture* architecture = nullptr;  // that row
   std::string name;  // general.name, for display
   uint32_t n_layers = 0;
   uint32_t d_model = 0;
@@ -26,6 +28,7 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;
   float rope_position_scale = 1.0f;  // linear RoPE scaling: positions * this
+  // From the architecture's row.
   simd::RopeStyle rope_style = simd::RopeStyle::kAdjacentPairs;
   bool qkv_bias = false;
 

@@ -91,36 +91,37 @@ ModelWeights BindWeights(const ModelConfig& c,
                          const std::vector<gguf::TensorInfo>& tensors,
                          const std::string& source_name, bool with_ffn) {
   const TensorLookup lookup(tensors, source_name);
+  const TensorNames& n = c.architecture->names;
   ModelWeights w;
-  w.token_embd = lookup.Matrix("token_embd.weight", c.n_vocab, c.d_model);
-  w.output_norm = lookup.Vector("output_norm.weight", c.d_model);
-  if (lookup.Find("output.weight") != nullptr) {
-    w.output = lookup.Matrix("output.weight", c.n_vocab, c.d_model);
+  w.token_embd = lookup.Matrix(n.token_embd, c.n_vocab, c.d_model);
+  w.output_norm = lookup.Vector(n.output_norm, c.d_model);
+  if (lookup.Find(n.output) != nullptr) {
+    w.output = lookup.Matrix(n.output, c.n_vocab, c.d_model);
   } else {
     w.output = w.token_embd;  // tied embeddings
   }
-  if (lookup.Find("rope_freqs.weight") != nullptr) {
-    w.rope_freq_factors = lookup.Vector("rope_freqs.weight", c.rope_dims / 2);
+  if (lookup.Find(n.rope_freqs) != nullptr) {
+    w.rope_freq_factors = lookup.Vector(n.rope_freqs, c.rope_dims / 2);
   }
   w.layers.resize(c.n_layers);
   for (uint32_t i = 0; i < c.n_layers; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     LayerWeights& l = w.layers[i];
-    l.attn_norm = lookup.Vector(b + "attn_norm.weight", c.d_model);
-    l.wq = lookup.Matrix(b + "attn_q.weight", c.q_dim(), c.d_model);
-    l.wk = lookup.Matrix(b + "attn_k.weight", c.kv_dim(), c.d_model);
-    l.wv = lookup.Matrix(b + "attn_v.weight", c.kv_dim(), c.d_model);
-    l.wo = lookup.Matrix(b + "attn_output.weight", c.d_model, c.q_dim());
+    l.attn_norm = lookup.Vector(b + n.attn_norm, c.d_model);
+    l.wq = lookup.Matrix(b + n.attn_q + ".weight", c.q_dim(), c.d_model);
+    l.wk = lookup.Matrix(b + n.attn_k + ".weight", c.kv_dim(), c.d_model);
+    l.wv = lookup.Matrix(b + n.attn_v + ".weight", c.kv_dim(), c.d_model);
+    l.wo = lookup.Matrix(b + n.attn_output + ".weight", c.d_model, c.q_dim());
     if (c.qkv_bias) {
-      l.bq = lookup.Vector(b + "attn_q.bias", c.q_dim());
-      l.bk = lookup.Vector(b + "attn_k.bias", c.kv_dim());
-      l.bv = lookup.Vector(b + "attn_v.bias", c.kv_dim());
+      l.bq = lookup.Vector(b + n.attn_q + ".bias", c.q_dim());
+      l.bk = lookup.Vector(b + n.attn_k + ".bias", c.kv_dim());
+      l.bv = lookup.Vector(b + n.attn_v + ".bias", c.kv_dim());
     }
-    l.ffn_norm = lookup.Vector(b + "ffn_norm.weight", c.d_model);
+    l.ffn_norm = lookup.Vector(b + n.ffn_norm, c.d_model);
     if (with_ffn) {
-      l.gate = lookup.Matrix(b + "ffn_gate.weight", c.d_ff, c.d_model);
-      l.up = lookup.Matrix(b + "ffn_up.weight", c.d_ff, c.d_model);
-      l.down = lookup.Matrix(b + "ffn_down.weight", c.d_model, c.d_ff);
+      l.gate = lookup.Matrix(b + n.ffn_gate, c.d_ff, c.d_model);
+      l.up = lookup.Matrix(b + n.ffn_up, c.d_ff, c.d_model);
+      l.down = lookup.Matrix(b + n.ffn_down, c.d_model, c.d_ff);
     }
   }
   return w;
