@@ -394,6 +394,73 @@ HWY_INLINE void PackedQ4_0GroupTokens(const uint8_t* HWY_RESTRICT p, size_t nblo
   const auto eight = hn::Set(df, 8.0f);
   for (size_t t = 0; t < T; ++t) hn::StoreU(hn::NegMulAdd(eight, off[t], acc[t]), df, y[t]);
 }
+
+// One packed Q4_K group (8 rows, 256-bit vectors only) times T inputs: the
+// sub-block scales and mins are decoded, and each chunk's nibbles
+// unpacked, once for all T. Every step per input is PackedQ4_KParts's and
+// PackedQ4_KApply's, in their order, so results are bit for bit
+// PackedGemv's. y[t][0..7] for input x[t].
+template <class Dots, size_t T, class Input>
+HWY_INLINE void PackedQ4_KGroupTokens(const uint8_t* HWY_RESTRICT p, size_t nsuper,
+                                      const Input* x, float* const* y) {
+  const hn::CappedTag<uint8_t, 32> du8;
+  const hn::Repartition<float, decltype(du8)> df;
+  const hn::Repartition<int32_t, decltype(du8)> di32;
+  const hn::Repartition<uint16_t, decltype(du8)> du16;
+  const hn::Rebind<hwy::float16_t, decltype(df)> df16;
+  const hn::Rebind<int32_t, decltype(df)> di32f;
+  const hn::Rebind<uint8_t, decltype(df)> du8f;
+  using VF = hn::Vec<decltype(df)>;
+  const auto low4 = hn::Set(du8, 15);
+  VF acc[T], mins[T];
+  for (size_t t = 0; t < T; ++t) acc[t] = mins[t] = hn::Zero(df);
+  for (size_t sb = 0; sb < nsuper; ++sb, p += kPackedSuperBytes) {
+    for (size_t i = 0; i < kPackedSuperBytes; i += 64) hwy::Prefetch(p + 2048 + i);
+    const VF d = PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p)));
+    const VF dmin = PromoteHalf(
+        df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p + kPackedKDmin)));
+    for (size_t g = 0; g < 4; ++g) {
+      // Rows' d * scale and dmin * min of sub-blocks 2g and 2g + 1.
+      VF dsc[2], dm[2];
+      const auto lows = hn::PromoteTo(di32f, hn::LoadU(du8f, p + kPackedKMinsLow + 8 * g));
+      for (size_t h = 0; h < 2; ++h) {
+        const auto b = hn::PromoteTo(di32f, hn::LoadU(du8f, p + kPackedKScales + 8 * (2 * g + h)));
+        const auto sc = hn::And(b, hn::Set(di32f, 63));
+        const auto m_low = h ? hn::ShiftRight<4>(lows) : hn::And(lows, hn::Set(di32f, 15));
+        const auto m = hn::Or(m_low, hn::ShiftLeft<4>(hn::ShiftRight<6>(b)));
+        dsc[h] = hn::Mul(d, hn::ConvertTo(df, sc));
+        dm[h] = hn::Mul(dmin, hn::ConvertTo(df, m));
+      }
+      typename Dots::Acc lo_dot[T], hi_dot[T];
+      for (size_t t = 0; t < T; ++t) lo_dot[t] = hi_dot[t] = Dots::Zero();
+      const uint8_t* q = p + kPackedKQs + 256 * g;
+      for (size_t k = 0; k < 8; ++k) {
+        const auto w = hn::LoadU(du8, q + 32 * k);
+        const auto lo = hn::And(w, low4);
+        const auto hi = hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, w))), low4);
+        for (size_t t = 0; t < T; ++t) {
+          const int8_t* xg = x[t].quantized() + 256 * sb + 64 * g;
+          int32_t x_lo, x_hi;
+          std::memcpy(&x_lo, xg + 4 * k, 4);
+          std::memcpy(&x_hi, xg + 32 + 4 * k, 4);
+          lo_dot[t] = Dots::Add(du8, lo_dot[t], lo, hn::BitCast(du8, hn::Set(di32, x_lo)));
+          hi_dot[t] = Dots::Add(du8, hi_dot[t], hi, hn::BitCast(du8, hn::Set(di32, x_hi)));
+        }
+      }
+      for (size_t t = 0; t < T; ++t) {
+        for (size_t h = 0; h < 2; ++h) {
+          const size_t s = 8 * sb + 2 * g + h;
+          const VF vsx = hn::Set(df, x[t].scales()[s]);
+          const VF scale = hn::Mul(dsc[h], vsx);
+          acc[t] = hn::MulAdd(hn::ConvertTo(df, Dots::Total(h ? hi_dot[t] : lo_dot[t])), scale,
+                              acc[t]);
+          mins[t] = hn::MulAdd(dm[h], hn::Mul(vsx, hn::Set(df, x[t].sums()[s])), mins[t]);
+        }
+      }
+    }
+  }
+  for (size_t t = 0; t < T; ++t) hn::StoreU(hn::Sub(acc[t], mins[t]), df, y[t]);
+}
 #endif  // !HWY_HAVE_SCALABLE
 
 #ifdef SPARROW_INT8_MMLA
@@ -500,19 +567,32 @@ HWY_INLINE void PackedGemvWith(TensorType type, const uint8_t* HWY_RESTRICT data
     }
 #endif
 #if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE
-    // Several inputs: each group's nibbles unpacked once for up to 8 of
-    // them. Measured on a Sapphire Rapids VM, one thread, 125M-shaped
-    // synthetic Q4_0, `sparrow bench -p 64 -n 0 -r 3`, alternating: AVX3_DL
-    // 659-670 tok/s one input at a time, 825-833 four at a time, 861-868
-    // eight; AVX2 (AVX-VNNI) 638-654, 750-760, 783-786.
-    if (!k_quant && n >= 2 && hn::Lanes(hn::CappedTag<uint8_t, 32>()) == 32) {
+    // Several inputs: each group's nibbles (and Q4_K's scales) unpacked
+    // once for up to 8 of them. Measured on a Sapphire Rapids VM, one
+    // thread, 125M-shaped synthetic files, `sparrow bench -p 64 -n 0 -r 3`,
+    // alternating: Q4_0 on AVX3_DL 659-670 tok/s one input at a time,
+    // 825-833 four at a time, 861-868 eight; on AVX2 (AVX-VNNI) 638-654,
+    // 750-760, 783-786. Q4_K on AVX3_DL 513-521 one at a time, 741-744 four.
+    if (n >= 2 && hn::Lanes(hn::CappedTag<uint8_t, 32>()) == 32) {
+      // Q4_K keeps two int accumulators per input live: four inputs fit
+      // AVX2's 16 registers (eight spilled there: 650 tok/s against 698).
+      const size_t most = k_quant ? 4 : 8;
       for (; t + 2 <= n;) {
+        const size_t count = std::min(n - t, most);
         for (size_t i = 0; i < (pair ? 2u : 1u); ++i) {
           const size_t gi = i == 0 ? g : g2;
           const uint8_t* pg = data + gi * group_bytes;
           float* out[8];
-          for (size_t j = 0; j < 8 && t + j < n; ++j) out[j] = y + (t + j) * y_stride + 8 * gi;
-          switch (std::min<size_t>(n - t, 8)) {
+          for (size_t j = 0; j < count; ++j) out[j] = y + (t + j) * y_stride + 8 * gi;
+          if (k_quant) {
+            switch (count) {
+              case 4: PackedQ4_KGroupTokens<Dots, 4>(pg, nblocks, x + t, out); break;
+              case 3: PackedQ4_KGroupTokens<Dots, 3>(pg, nblocks, x + t, out); break;
+              default: PackedQ4_KGroupTokens<Dots, 2>(pg, nblocks, x + t, out); break;
+            }
+            continue;
+          }
+          switch (count) {
             case 8: PackedQ4_0GroupTokens<Dots, 8>(pg, nblocks, x + t, out); break;
             case 7: PackedQ4_0GroupTokens<Dots, 7>(pg, nblocks, x + t, out); break;
             case 6: PackedQ4_0GroupTokens<Dots, 6>(pg, nblocks, x + t, out); break;
@@ -522,7 +602,7 @@ HWY_INLINE void PackedGemvWith(TensorType type, const uint8_t* HWY_RESTRICT data
             default: PackedQ4_0GroupTokens<Dots, 2>(pg, nblocks, x + t, out); break;
           }
         }
-        t += std::min<size_t>(n - t, 8);
+        t += count;
       }
     }
 #endif
