@@ -139,9 +139,20 @@ TEST_CASE("packed Q4_0 and Q4_K matrices give the plain matrices' products, rows
         ops::MatVec(packed.view, x.data() + t * cols, single.data());
         CHECK(std::equal(single.begin(), single.end(), got.begin() + t * rows));
       }
-      // Many: oneDNN on the unpacked panels where it is built in, like the
-      // plain matrix.
-      const size_t many = 260;
+      // A prompt-sized batch (the multi-token packed kernels, up to eight
+      // tokens per unpacked block, and odd ones left over) stays bit for
+      // bit per token too.
+      const size_t prompt = 261;
+      const std::vector<float> xp = RandomVector(prompt * cols, 6);
+      std::vector<float> got_prompt(prompt * rows);
+      ops::MatMul(packed.view, xp.data(), prompt, got_prompt.data());
+      for (size_t t : {size_t{0}, size_t{7}, size_t{8}, size_t{259}, prompt - 1}) {
+        ops::MatVec(packed.view, xp.data() + t * cols, single.data());
+        CHECK(std::equal(single.begin(), single.end(), got_prompt.begin() + t * rows));
+      }
+      // More than the packed kernels take: oneDNN on the unpacked panels
+      // where it is built in, like the plain matrix.
+      const size_t many = 1030;
       const std::vector<float> xm = RandomVector(many * cols, 5);
       std::vector<float> got_many(many * rows), want_many(many * rows);
       ops::MatMul(packed.view, xm.data(), many, got_many.data());

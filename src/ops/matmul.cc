@@ -41,17 +41,19 @@ namespace {
 //   Q8_0      n=16 224 / 205, n=24 235 / 284
 //   F16       n=16 233 / 192, n=24 252 / 253, n=32 257 / 296
 //   Q6_K      n=8  176 / 123, n=16 173 / 218
-//   Q4_K x8   n=64 512 / 452, n=128 488 / 533
-//   Q4_0 x8   n=128 599 / 627, n=256 586 / 569, n=512 515 / 504
+//   Q4_K x8   n=128 732 / 532, n=256 713 / 580, n=512 639 / 544
+//   Q4_0 x8   n=128 791 / 768, n=256 758 / 572, n=512 662 / 552
 // (x8: packed for decode, ops::PackForDecode; with the VNNI byte dots of
-// simd/int8_dot-inl.h). Below its threshold a
+// simd/int8_dot-inl.h, several tokens per unpacked block: the packed
+// kernels beat oneDNN at every batch the engine makes by default, 512
+// tokens at most, so packed matrices stay on them). Below its threshold a
 // token's results are also bit for bit those it gets alone, which keeps
 // block decoding (sparrow batch) on each sequence's own text.
 constexpr size_t kFewestForGemm = 16;        // the smallest entry below
 constexpr size_t kMostForPlainGemm = 24;     // the largest for plain matrices
-constexpr size_t kMostForPackedGemm = 256;   // the largest for packed ones
+constexpr size_t kMostForPackedGemm = 1024;  // packed ones: above the default batch
 [[maybe_unused]] size_t MinBatchForGemm(const MatrixView& w) {  // oneDNN builds only
-  if (w.packed) return w.type == TensorType::kQ4_0 ? kMostForPackedGemm : 128;
+  if (w.packed) return kMostForPackedGemm;
   switch (w.type) {
     case TensorType::kQ6_K: return kFewestForGemm;
     default: return kMostForPlainGemm;  // Q8_0, F16; F32 and BF16 as F16
