@@ -228,6 +228,47 @@ TEST_CASE("Gemv matches GemvReference for every type, shape and target") {
   }
 }
 
+// A batch multiplies each group of rows with every input (Q8_0: several
+// inputs per widened block): each input's results must be bit for bit its
+// Gemv ones, for every count (full chunks and inputs left over), every type
+// and target.
+TEST_CASE("GemvBatch gives each input Gemv's results bit for bit, every type and target") {
+  std::mt19937 rng(99);
+  for (TensorType type : kAllTypes) {
+    const size_t cols = 1024;  // whole blocks of every type (K-quants: 256)
+    const size_t rows = 37;
+    const size_t row_bytes = MinRowBytes(type, cols);
+    std::vector<uint8_t> w(rows * row_bytes);
+    for (size_t r = 0; r < rows; ++r) FillRow(type, cols, r % 2 == 1, rng, w.data() + r * row_bytes);
+    std::vector<std::vector<float>> xs;
+    for (size_t t = 0; t < 7; ++t) xs.push_back(Activations(cols, rng));
+    ForEachTarget([&](const Target& target) {
+      CAPTURE(target.name);
+      CAPTURE(TensorTypeName(type));
+      std::vector<GemvInput> inputs(xs.size());
+      std::vector<std::vector<float>> single(xs.size(), std::vector<float>(rows));
+      for (size_t t = 0; t < xs.size(); ++t) {
+        inputs[t].Prepare(type, xs[t].data(), cols);
+        Gemv(type, w.data(), row_bytes, cols, inputs[t], 0, rows, single[t].data());
+      }
+      for (size_t n = 1; n <= xs.size(); ++n) {
+        CAPTURE(n);
+        const size_t stride = rows + 1;
+        std::vector<float> y(n * stride, 1234.5f);
+        GemvBatch(type, w.data(), row_bytes, cols, inputs.data(), n, 1, rows, y.data(), stride);
+        for (size_t t = 0; t < n; ++t) {
+          CAPTURE(t);
+          REQUIRE(y[t * stride] == 1234.5f);
+          for (size_t r = 1; r < rows; ++r) {
+            CAPTURE(r);
+            REQUIRE(y[t * stride + r] == single[t][r]);
+          }
+        }
+      }
+    });
+  }
+}
+
 TEST_CASE("Gemv error stays far inside the bound on a large quantized matrix") {
   // Not a bound check but a sanity figure: the typical error is well below
   // the worst case the previous test allows.
