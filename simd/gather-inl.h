@@ -113,6 +113,7 @@ class Prefetcher {
 
 template <typename WT>
 struct FloatDot {
+  static constexpr size_t kTokens = 1;
   static size_t RowBytes(size_t cols) { return cols * sizeof(WT); }
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* const* rows, size_t cols, const Input& in,
@@ -122,6 +123,17 @@ struct FloatDot {
 };
 struct Q8_0Dot {
   static size_t RowBytes(size_t cols) { return cols / 32 * sizeof(BlockQ8_0); }
+  // Several tokens per widened block, as the GEMV's (Q8_0Kernel).
+  static constexpr size_t kTokens = Q8_0Kernel::kTokens;
+#if !HWY_HAVE_SCALABLE
+  template <size_t kRows, class Input>
+  static HWY_INLINE void RunTokens(const uint8_t* const* rows, size_t cols, const Input* in,
+                                   float* y, size_t token_stride, Prefetcher<kRows>& pf) {
+    float* out[kTokens];
+    for (size_t i = 0; i < kTokens; ++i) out[i] = y + i * token_stride;
+    Q8_0RowsTokens<kRows, kTokens>(rows, cols / 32, in, out, 1, pf);
+  }
+#endif
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* const* rows, size_t cols, const Input& in,
                              float* y, Prefetcher<kRows>& pf) {
@@ -129,6 +141,7 @@ struct Q8_0Dot {
   }
 };
 struct Q4_0Dot {
+  static constexpr size_t kTokens = 1;
   static size_t RowBytes(size_t cols) { return cols / 32 * sizeof(BlockQ4_0); }
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* const* rows, size_t cols, const Input& in,
@@ -152,7 +165,14 @@ HWY_INLINE void DotRowGroups(const uint8_t* const* rows, size_t count, size_t co
     NextRows next;
     next.rows = rows + k + 4;
     next.count = std::min<size_t>(4, count - k - 4);
-    for (size_t t = 0; t < n; ++t) {
+    size_t t = 0;
+    if constexpr (K::kTokens > 1) {
+      for (; t + K::kTokens <= n; t += K::kTokens) {
+        Prefetcher<4> pf(rows + k, next, row_bytes, From(t, k));
+        K::template RunTokens<4>(rows + k, cols, x + t, out + t * out_stride + k, out_stride, pf);
+      }
+    }
+    for (; t < n; ++t) {
       Prefetcher<4> pf(rows + k, next, row_bytes, From(t, k));
       K::template Run<4>(rows + k, cols, x[t], out + t * out_stride + k, pf);
     }
