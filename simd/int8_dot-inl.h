@@ -203,8 +203,8 @@ template <class DU8>
 HWY_INLINE hn::Vec<hn::Repartition<int16_t, DU8>> MulAddBytePairs(DU8 du8, hn::Vec<DU8> a,
                                                                  hn::Vec<DU8> b) {
   const hn::Repartition<int16_t, DU8> di16;
-#ifdef SPARROW_INT8_MADDUBS
   (void)du8;
+#ifdef SPARROW_INT8_MADDUBS
 #if HWY_TARGET <= HWY_AVX2  // CappedTag<uint8_t, 32>: 256-bit vectors
   return hn::Vec<decltype(di16)>{_mm256_maddubs_epi16(a.raw, b.raw)};
 #else
@@ -257,13 +257,20 @@ struct PortableByteDotSum {
   static HWY_INLINE hn::Vec<DI32> Total(Acc acc) { return SumInt16Pairs(DI16(), acc); }
 };
 
-#if defined(SPARROW_INT8_VNNI) || defined(SPARROW_INT8_VNNI_RUNTIME)
+// The native forms below accumulate straight into the int32 lanes.
 template <class DU8>
-struct VnniByteDotSum {
+struct Int32ByteDotSum {
   using DI32 = hn::Repartition<int32_t, DU8>;
-  static_assert(hn::MaxLanes(DU8()) == 32, "the VNNI form takes 256-bit vectors");
   using Acc = hn::Vec<DI32>;
   static HWY_INLINE Acc Zero() { return hn::Zero(DI32()); }
+  static HWY_INLINE hn::Vec<DI32> Total(Acc acc) { return acc; }
+};
+
+#if defined(SPARROW_INT8_VNNI) || defined(SPARROW_INT8_VNNI_RUNTIME)
+template <class DU8>
+struct VnniByteDotSum : Int32ByteDotSum<DU8> {
+  using typename Int32ByteDotSum<DU8>::Acc;
+  static_assert(hn::MaxLanes(DU8()) == 32, "the VNNI form takes 256-bit vectors");
   static HWY_INLINE Acc Add(DU8, Acc acc, hn::Vec<DU8> a, hn::Vec<DU8> b) {
     __m256i raw = acc.raw;
 #if HWY_TARGET == HWY_AVX2  // VEX: ymm0-15 only
@@ -273,7 +280,6 @@ struct VnniByteDotSum {
 #endif
     return Acc{raw};
   }
-  static HWY_INLINE hn::Vec<DI32> Total(Acc acc) { return acc; }
 };
 #endif
 
@@ -285,14 +291,11 @@ using ByteDotSum = VnniByteDotSum<DU8>;
 // Highway's SVE vectors are the raw sizeless types. Lanes past a capped
 // tag's count hold what the loads left there (zeros) and are never stored.
 template <class DU8>
-struct SveByteDotSum {
-  using DI32 = hn::Repartition<int32_t, DU8>;
-  using Acc = hn::Vec<DI32>;
-  static HWY_INLINE Acc Zero() { return hn::Zero(DI32()); }
+struct SveByteDotSum : Int32ByteDotSum<DU8> {
+  using typename Int32ByteDotSum<DU8>::Acc;
   static HWY_INLINE Acc Add(DU8, Acc acc, hn::Vec<DU8> a, hn::Vec<DU8> b) {
     return svdot_s32(acc, svreinterpret_s8_u8(a), svreinterpret_s8_u8(b));
   }
-  static HWY_INLINE hn::Vec<DI32> Total(Acc acc) { return acc; }
 };
 template <class DU8>
 using ByteDotSum = SveByteDotSum<DU8>;
@@ -307,16 +310,11 @@ using ByteDotSum = PortableByteDotSum<DU8>;
 // the portable form once per call, by CpuHasArmDotProd()). The NEON target
 // is compiled for plain Armv8.0, where the intrinsic is not declared, so
 // unless the whole build targets the extension the instruction is inline
-// assembly behind an `.arch` directive (the assembler rejects it without
-// one; `.arch_extension dotprod` alone is not enough below Armv8.2). The
-// directive only widens what the assembler accepts for the rest of the
-// file; the compiler's own code does not change.
+// assembly (SPARROW_ARM_ASM_ARCH).
 template <class DU8>
-struct NeonSdotByteDotSum {
-  using DI32 = hn::Repartition<int32_t, DU8>;
+struct NeonSdotByteDotSum : Int32ByteDotSum<DU8> {
+  using typename Int32ByteDotSum<DU8>::Acc;
   static_assert(hn::MaxLanes(DU8()) == 16, "the NEON form takes 128-bit vectors");
-  using Acc = hn::Vec<DI32>;
-  static HWY_INLINE Acc Zero() { return hn::Zero(DI32()); }
   static HWY_INLINE Acc Add(DU8, Acc acc, hn::Vec<DU8> a, hn::Vec<DU8> b) {
 #ifdef __ARM_FEATURE_DOTPROD
     return Acc{vdotq_s32(acc.raw, vreinterpretq_s8_u8(a.raw), vreinterpretq_s8_u8(b.raw))};
@@ -328,7 +326,6 @@ struct NeonSdotByteDotSum {
     return Acc{raw};
 #endif
   }
-  static HWY_INLINE hn::Vec<DI32> Total(Acc acc) { return acc; }
 };
 #endif
 

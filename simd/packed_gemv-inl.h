@@ -150,6 +150,17 @@ HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
 }
 #else
 
+// The low and the high nibbles of each byte of w, as bytes.
+template <class DU8>
+HWY_INLINE hn::Vec<DU8> LowNibbles(DU8 du8, hn::Vec<DU8> w) {
+  return hn::And(w, hn::Set(du8, 15));
+}
+template <class DU8>
+HWY_INLINE hn::Vec<DU8> HighNibbles(DU8 du8, hn::Vec<DU8> w) {
+  const hn::Repartition<uint16_t, DU8> du16;
+  return LowNibbles(du8, hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, w))));
+}
+
 // Two vectors' rows of one block, sharing the activations: rows of part
 // `part_a` of the group at `pa` and of part `part_b` of the group at `pb`
 // (the two halves of one group on 128-bit targets, two groups elsewhere).
@@ -161,12 +172,9 @@ HWY_INLINE void PackedQ4_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
                                 const int8_t* HWY_RESTRICT xb, hn::Vec<DF> vsx,
                                 hn::Vec<DF> vsum, hn::Vec<DF>& acc_a, hn::Vec<DF>& off_a,
                                 hn::Vec<DF>& acc_b, hn::Vec<DF>& off_b) {
-  const hn::Repartition<int16_t, DU8> di16;
   const hn::Repartition<int32_t, DU8> di32;
-  const hn::Repartition<uint16_t, DU8> du16;
   const hn::Rebind<hwy::float16_t, DF> df16;
   const size_t bytes = hn::Lanes(du8);
-  const auto low4 = hn::Set(du8, 15);
   const uint8_t* qa = pa + kPackedScaleBytes + bytes * part_a;
   const uint8_t* qb = pb + kPackedScaleBytes + bytes * part_b;
   auto dot_a = Dots::Zero(), dot_b = Dots::Zero();
@@ -178,10 +186,10 @@ HWY_INLINE void PackedQ4_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
     const auto xh = hn::BitCast(du8, hn::Set(di32, x_hi));
     const auto wa = hn::LoadU(du8, qa + 32 * k);
     const auto wb = hn::LoadU(du8, qb + 32 * k);
-    dot_a = Dots::Add(du8, dot_a, hn::And(wa, low4), xl);
-    dot_b = Dots::Add(du8, dot_b, hn::And(wb, low4), xl);
-    dot_a = Dots::Add(du8, dot_a, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wa))), low4), xh);
-    dot_b = Dots::Add(du8, dot_b, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wb))), low4), xh);
+    dot_a = Dots::Add(du8, dot_a, LowNibbles(du8, wa), xl);
+    dot_b = Dots::Add(du8, dot_b, LowNibbles(du8, wb), xl);
+    dot_a = Dots::Add(du8, dot_a, HighNibbles(du8, wa), xh);
+    dot_b = Dots::Add(du8, dot_b, HighNibbles(du8, wb), xh);
   }
   const auto scale_a = hn::Mul(
       PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(pa) + bytes / 4 * part_a)),
@@ -239,6 +247,26 @@ HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
   }
 }
 
+// For a vector's rows (from row0) of a packed Q4_K super-block at p, and
+// sub-blocks 2g + h (h = 0, 1): dsc_h = d * scale and dm_h = dmin * min.
+// (Four references, not arrays: SVE vectors cannot be array elements.)
+template <class DF>
+HWY_INLINE void PackedQ4_KRowFactors(DF df, const uint8_t* HWY_RESTRICT p, size_t row0, size_t g,
+                                     hn::Vec<DF> d, hn::Vec<DF> dmin, hn::Vec<DF>& dsc0,
+                                     hn::Vec<DF>& dsc1, hn::Vec<DF>& dm0, hn::Vec<DF>& dm1) {
+  const hn::Rebind<int32_t, DF> di32f;
+  const hn::Rebind<uint8_t, DF> du8f;
+  const auto lows = hn::PromoteTo(di32f, hn::LoadU(du8f, p + kPackedKMinsLow + 8 * g + row0));
+  for (size_t h = 0; h < 2; ++h) {
+    const auto b = hn::PromoteTo(di32f, hn::LoadU(du8f, p + kPackedKScales + 8 * (2 * g + h) + row0));
+    const auto sc = hn::And(b, hn::Set(di32f, 63));
+    const auto m_low = h ? hn::ShiftRight<4>(lows) : hn::And(lows, hn::Set(di32f, 15));
+    const auto m = hn::Or(m_low, hn::ShiftLeft<4>(hn::ShiftRight<6>(b)));
+    (h ? dsc1 : dsc0) = hn::Mul(d, hn::ConvertTo(df, sc));
+    (h ? dm1 : dm0) = hn::Mul(dmin, hn::ConvertTo(df, m));
+  }
+}
+
 // A vector's rows (all 8, or 4 on 128-bit targets) of one packed Q4_K
 // sub-block pair g, given their int32 dot products for sub-blocks 2g (a32)
 // and 2g + 1 (b32): adds the scaled dots to `acc` and the mins' share to
@@ -249,20 +277,14 @@ HWY_INLINE void PackedQ4_KApply(DF df, const uint8_t* HWY_RESTRICT p, size_t row
                                 hn::Vec<DF> d, hn::Vec<DF> dmin,
                                 const float* HWY_RESTRICT sx, const float* HWY_RESTRICT sums,
                                 hn::Vec<DF>& acc, hn::Vec<DF>& mins) {
-  const hn::Rebind<int32_t, DF> di32f;
-  const hn::Rebind<uint8_t, DF> du8f;
-  const auto lows = hn::PromoteTo(di32f, hn::LoadU(du8f, p + kPackedKMinsLow + 8 * g + row0));
+  auto dsc0 = hn::Zero(df), dsc1 = dsc0, dm0 = dsc0, dm1 = dsc0;
+  PackedQ4_KRowFactors(df, p, row0, g, d, dmin, dsc0, dsc1, dm0, dm1);
   for (size_t h = 0; h < 2; ++h) {
     const size_t s = 2 * g + h;
-    const auto b = hn::PromoteTo(di32f, hn::LoadU(du8f, p + kPackedKScales + 8 * s + row0));
-    const auto sc = hn::And(b, hn::Set(di32f, 63));
-    const auto m_low = h ? hn::ShiftRight<4>(lows) : hn::And(lows, hn::Set(di32f, 15));
-    const auto m = hn::Or(m_low, hn::ShiftLeft<4>(hn::ShiftRight<6>(b)));
     const auto vsx = hn::Set(df, sx[s]);
-    const auto scale = hn::Mul(hn::Mul(d, hn::ConvertTo(df, sc)), vsx);
+    const auto scale = hn::Mul(h ? dsc1 : dsc0, vsx);
     acc = hn::MulAdd(hn::ConvertTo(df, h ? b32 : a32), scale, acc);
-    mins = hn::MulAdd(hn::Mul(dmin, hn::ConvertTo(df, m)), hn::Mul(vsx, hn::Set(df, sums[s])),
-                      mins);
+    mins = hn::MulAdd(h ? dm1 : dm0, hn::Mul(vsx, hn::Set(df, sums[s])), mins);
   }
 }
 
@@ -275,13 +297,10 @@ HWY_INLINE void PackedQ4_KParts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
                                 const int8_t* HWY_RESTRICT xs, const float* HWY_RESTRICT sx,
                                 const float* HWY_RESTRICT sums, hn::Vec<DF>& acc_a,
                                 hn::Vec<DF>& mins_a, hn::Vec<DF>& acc_b, hn::Vec<DF>& mins_b) {
-  const hn::Repartition<int16_t, DU8> di16;
   const hn::Repartition<int32_t, DU8> di32;
-  const hn::Repartition<uint16_t, DU8> du16;
   const hn::Rebind<hwy::float16_t, DF> df16;
   const size_t bytes = hn::Lanes(du8);
   const size_t row_a = bytes / 4 * part_a, row_b = bytes / 4 * part_b;
-  const auto low4 = hn::Set(du8, 15);
   auto half = [&](const uint8_t* p, size_t row0) HWY_ATTR {
     return PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p) + row0));
   };
@@ -300,10 +319,10 @@ HWY_INLINE void PackedQ4_KParts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
       const auto xh = hn::BitCast(du8, hn::Set(di32, x_hi));
       const auto wa = hn::LoadU(du8, qa + 32 * k);
       const auto wb = hn::LoadU(du8, qb + 32 * k);
-      a = Dots::Add(du8, a, hn::And(wa, low4), xl);
-      c = Dots::Add(du8, c, hn::And(wb, low4), xl);
-      b = Dots::Add(du8, b, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wa))), low4), xh);
-      e = Dots::Add(du8, e, hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, wb))), low4), xh);
+      a = Dots::Add(du8, a, LowNibbles(du8, wa), xl);
+      c = Dots::Add(du8, c, LowNibbles(du8, wb), xl);
+      b = Dots::Add(du8, b, HighNibbles(du8, wa), xh);
+      e = Dots::Add(du8, e, HighNibbles(du8, wb), xh);
     }
     PackedQ4_KApply(df, pa, row_a, g, Dots::Total(a), Dots::Total(b), d_a, dmin_a, sx, sums,
                     acc_a, mins_a);
@@ -359,10 +378,8 @@ HWY_INLINE void PackedQ4_0GroupTokens(const uint8_t* HWY_RESTRICT p, size_t nblo
   const hn::CappedTag<uint8_t, 32> du8;
   const hn::Repartition<float, decltype(du8)> df;
   const hn::Repartition<int32_t, decltype(du8)> di32;
-  const hn::Repartition<uint16_t, decltype(du8)> du16;
   const hn::Rebind<hwy::float16_t, decltype(df)> df16;
   using VF = hn::Vec<decltype(df)>;
-  const auto low4 = hn::Set(du8, 15);
   VF acc[T], off[T];
   for (size_t t = 0; t < T; ++t) acc[t] = off[t] = hn::Zero(df);
   for (size_t b = 0; b < nblocks; ++b, p += kPackedBlockBytes) {
@@ -372,8 +389,8 @@ HWY_INLINE void PackedQ4_0GroupTokens(const uint8_t* HWY_RESTRICT p, size_t nblo
     hn::Vec<decltype(du8)> lo[4], hi[4];
     for (size_t k = 0; k < 4; ++k) {
       const auto w = hn::LoadU(du8, p + kPackedScaleBytes + 32 * k);
-      lo[k] = hn::And(w, low4);
-      hi[k] = hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, w))), low4);
+      lo[k] = LowNibbles(du8, w);
+      hi[k] = HighNibbles(du8, w);
     }
     const VF d = PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p)));
     for (size_t t = 0; t < T; ++t) {
@@ -406,12 +423,8 @@ HWY_INLINE void PackedQ4_KGroupTokens(const uint8_t* HWY_RESTRICT p, size_t nsup
   const hn::CappedTag<uint8_t, 32> du8;
   const hn::Repartition<float, decltype(du8)> df;
   const hn::Repartition<int32_t, decltype(du8)> di32;
-  const hn::Repartition<uint16_t, decltype(du8)> du16;
   const hn::Rebind<hwy::float16_t, decltype(df)> df16;
-  const hn::Rebind<int32_t, decltype(df)> di32f;
-  const hn::Rebind<uint8_t, decltype(df)> du8f;
   using VF = hn::Vec<decltype(df)>;
-  const auto low4 = hn::Set(du8, 15);
   VF acc[T], mins[T];
   for (size_t t = 0; t < T; ++t) acc[t] = mins[t] = hn::Zero(df);
   for (size_t sb = 0; sb < nsuper; ++sb, p += kPackedSuperBytes) {
@@ -420,24 +433,15 @@ HWY_INLINE void PackedQ4_KGroupTokens(const uint8_t* HWY_RESTRICT p, size_t nsup
     const VF dmin = PromoteHalf(
         df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p + kPackedKDmin)));
     for (size_t g = 0; g < 4; ++g) {
-      // Rows' d * scale and dmin * min of sub-blocks 2g and 2g + 1.
       VF dsc[2], dm[2];
-      const auto lows = hn::PromoteTo(di32f, hn::LoadU(du8f, p + kPackedKMinsLow + 8 * g));
-      for (size_t h = 0; h < 2; ++h) {
-        const auto b = hn::PromoteTo(di32f, hn::LoadU(du8f, p + kPackedKScales + 8 * (2 * g + h)));
-        const auto sc = hn::And(b, hn::Set(di32f, 63));
-        const auto m_low = h ? hn::ShiftRight<4>(lows) : hn::And(lows, hn::Set(di32f, 15));
-        const auto m = hn::Or(m_low, hn::ShiftLeft<4>(hn::ShiftRight<6>(b)));
-        dsc[h] = hn::Mul(d, hn::ConvertTo(df, sc));
-        dm[h] = hn::Mul(dmin, hn::ConvertTo(df, m));
-      }
+      PackedQ4_KRowFactors(df, p, 0, g, d, dmin, dsc[0], dsc[1], dm[0], dm[1]);
       typename Dots::Acc lo_dot[T], hi_dot[T];
       for (size_t t = 0; t < T; ++t) lo_dot[t] = hi_dot[t] = Dots::Zero();
       const uint8_t* q = p + kPackedKQs + 256 * g;
       for (size_t k = 0; k < 8; ++k) {
         const auto w = hn::LoadU(du8, q + 32 * k);
-        const auto lo = hn::And(w, low4);
-        const auto hi = hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, w))), low4);
+        const auto lo = LowNibbles(du8, w);
+        const auto hi = HighNibbles(du8, w);
         for (size_t t = 0; t < T; ++t) {
           const int8_t* xg = x[t].quantized() + 256 * sb + 64 * g;
           int32_t x_lo, x_hi;

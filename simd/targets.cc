@@ -38,6 +38,13 @@ HWY_EXPORT(DispatchedTarget);
 
 namespace {
 
+#if defined(__aarch64__) && defined(__linux__)
+// Bits of the kernel's uapi asm/hwcap.h, spelled out because older
+// (Android NDK) headers lack the newer names.
+constexpr unsigned long kHwcapAsimdDp = 1UL << 20;  // HWCAP_ASIMDDP
+constexpr unsigned long kHwcap2I8mm = 1UL << 13;    // HWCAP2_I8MM
+#endif
+
 // Highway 1.0.3 counts NEON as supported only with the AES extension, which
 // some Arm cores lack (Raspberry Pi 3 and 4): there it finds no usable
 // target, silently falls back to the compiler's baseline code and prints
@@ -155,8 +162,8 @@ std::string CpuFeatures() {
   add(hw & (1UL << 1), "asimd");       // HWCAP_ASIMD
   add(hw & (1UL << 3), "aes");         // HWCAP_AES
   add(hw & (1UL << 10), "asimdhp");    // HWCAP_ASIMDHP (fp16 vector math)
-  add(hw & (1UL << 20), "asimddp");    // HWCAP_ASIMDDP (int8 dot product)
-  add(hw2 & (1UL << 13), "i8mm");      // HWCAP2_I8MM
+  add(hw & kHwcapAsimdDp, "asimddp");  // int8 dot product
+  add(hw2 & kHwcap2I8mm, "i8mm");
   add(hw2 & (1UL << 14), "bf16");      // HWCAP2_BF16
   add(hw & (1UL << 22), "sve");        // HWCAP_SVE
   add(hw2 & (1UL << 1), "sve2");       // HWCAP2_SVE2
@@ -179,7 +186,7 @@ void HideCpuExtensionsForTest(bool hidden) { extensions_hidden = hidden; }
 
 bool CpuHasArmDotProd() {
 #if defined(__aarch64__) && defined(__linux__)
-  static const bool has = (getauxval(AT_HWCAP) & (1UL << 20)) != 0;  // HWCAP_ASIMDDP
+  static const bool has = (getauxval(AT_HWCAP) & kHwcapAsimdDp) != 0;
   return has && !extensions_hidden;
 #else
   return false;
@@ -188,7 +195,7 @@ bool CpuHasArmDotProd() {
 
 bool CpuHasArmI8mm() {
 #if defined(__aarch64__) && defined(__linux__)
-  static const bool has = (getauxval(AT_HWCAP2) & (1UL << 13)) != 0;  // HWCAP2_I8MM
+  static const bool has = (getauxval(AT_HWCAP2) & kHwcap2I8mm) != 0;
   return has && !extensions_hidden;
 #else
   return false;
