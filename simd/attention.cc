@@ -104,12 +104,8 @@ void StoreKvHeads(KvType type, const float* src, size_t n_heads, size_t head_dim
     case KvType::kF32:
       std::memcpy(out, src, n_heads * head_dim * sizeof(float));
       return;
-    case KvType::kF16:
-      for (size_t i = 0; i < n_heads * head_dim; ++i) {
-        const uint16_t h = F32ToF16(src[i]);
-        std::memcpy(out + 2 * i, &h, 2);
-      }
-      return;
+    case KvType::kF16:  // the cache's rows are 2-byte aligned
+      return F32ToF16Row(src, n_heads * head_dim, reinterpret_cast<uint16_t*>(out));
     case KvType::kQ8_0: {
       const size_t bytes = KvHeadBytes(type, head_dim);
       for (size_t h = 0; h < n_heads; ++h) {

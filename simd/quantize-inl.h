@@ -9,6 +9,7 @@
 #define SPARROW_SIMD_QUANTIZE_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +18,7 @@
 
 #include "base/tensor_type.h"
 #include "simd/quant_blocks.h"
+#include "simd/targets.h"  // CpuHasX86Bf16
 
 HWY_BEFORE_NAMESPACE();
 namespace sparrow::simd {
@@ -235,6 +237,111 @@ HWY_INLINE void DequantizeRowImpl(TensorType type, const void* src, size_t n,
       return DequantizeQ6_KRow(in, n, dst);
     default:
       return;
+  }
+}
+
+// f32 to IEEE half bits, round to nearest even, for the leading whole
+// vectors of the row; returns how many it converted (the caller converts the
+// rest with F32ToF16). Only where Highway's demotion is the CPU's own
+// conversion instruction (x86 F16C, from AVX2 up; Arm NEON and SVE), which
+// rounds as F32ToF16 does; elsewhere it converts nothing.
+HWY_INLINE size_t ConvertRowToF16(const float* HWY_RESTRICT src, size_t n,
+                                  uint16_t* HWY_RESTRICT dst) {
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2) || HWY_ARCH_ARM_A64
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> df16;
+  const size_t N = hn::Lanes(df);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    hn::StoreU(hn::DemoteTo(df16, hn::LoadU(df, src + i)), df16,
+               reinterpret_cast<hwy::float16_t*>(dst + i));
+  }
+  return i;
+#else
+  (void)src;
+  (void)n;
+  (void)dst;
+  return 0;
+#endif
+}
+
+// On x86 CPUs with AVX512_BF16, vcvtneps2bf16 rounds 16 floats to nearest
+// even in one instruction, where the integer steps below take about twelve.
+// Highway 1.0.3 has no such op (its bf16 demotion truncates) and no target
+// that enables the extension, so it is written as inline assembly on the
+// AVX-512 targets and used where CpuHasX86Bf16(); every CPU that runs
+// oneDNN's native bf16 matmul (matmul.cc) has it. Measured on Sapphire
+// Rapids (2 vCPU VM), one thread, 125M-shaped synthetic Q8_0, `sparrow
+// bench -p 64`: BF16_MEASUREMENT.
+#if HWY_ARCH_X86 && (HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3) && \
+    (defined(__GNUC__) || defined(__clang__))
+#define SPARROW_BF16_CONVERT_ASM 1
+#else
+#undef SPARROW_BF16_CONVERT_ASM
+#endif
+
+// f32 to bfloat16 bits, round to nearest even; NaN stays a quiet NaN
+// (F32ToBF16's rules, bit for bit), except that the instruction above reads
+// inputs below the smallest normal float as zero and flushes results below
+// it to zero of the same sign. Highway 1.0.3's DemoteTo(bf16) truncates, so
+// the portable form rounds on the integer bits.
+HWY_INLINE void ConvertRowToBF16(const float* HWY_RESTRICT src, size_t n,
+                                 uint16_t* HWY_RESTRICT dst) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::RebindToFloat<decltype(du)> df;
+  const hn::Rebind<uint16_t, decltype(du)> du16;
+  const size_t N = hn::Lanes(du);
+  const auto one = hn::Set(du, 1u);
+  const auto bias = hn::Set(du, 0x7fffu);
+  const auto abs_mask = hn::Set(du, 0x7fffffffu);
+  const auto inf = hn::Set(du, 0x7f800000u);
+  const auto quiet = hn::Set(du, 0x00400000u);
+  auto convert = [&](hn::Vec<decltype(du)> bits) {
+    const auto rounded = hn::Add(bits, hn::Add(bias, hn::And(hn::ShiftRight<16>(bits), one)));
+    // Unsigned compare through the sign-free magnitudes (both below 2^31).
+    const auto nan = hn::Gt(hn::BitCast(hn::RebindToSigned<decltype(du)>(), hn::And(bits, abs_mask)),
+                            hn::BitCast(hn::RebindToSigned<decltype(du)>(), inf));
+    const auto out = hn::IfThenElse(hn::RebindMask(du, nan), hn::Or(bits, quiet), rounded);
+    // Below 2^16 after the shift: the saturating i32 -> u16 demotion is exact.
+    return hn::DemoteTo(du16, hn::BitCast(hn::RebindToSigned<decltype(du)>(), hn::ShiftRight<16>(out)));
+  };
+  size_t i = 0;
+#ifdef SPARROW_BF16_CONVERT_ASM
+  if (CpuHasX86Bf16()) {
+    for (; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(src + i);
+      __m256i out;
+      asm("vcvtneps2bf16 %1, %0" : "=v"(out) : "v"(v));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), out);
+    }
+  }
+#endif
+  for (; i + N <= n; i += N) {
+    hn::StoreU(convert(hn::BitCast(du, hn::LoadU(df, src + i))), du16, dst + i);
+  }
+  for (; i < n; ++i) {  // the same rules, one element at a time
+    uint32_t bits;
+    std::memcpy(&bits, src + i, sizeof(bits));
+    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    dst[i] = static_cast<uint16_t>(
+        (nan ? bits | 0x00400000u : bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  }
+}
+
+// A row of any DequantizeRowImpl type to bfloat16 bits: dequantized a chunk
+// at a time into a stack buffer, then ConvertRowToBF16 (so bit for bit
+// F32ToBF16 of DequantizeRow's values). `block_elems`/`block_bytes`: the
+// type's block.
+HWY_INLINE void DequantizeRowToBF16Impl(TensorType type, size_t block_elems,
+                                        size_t block_bytes, const void* src, size_t n,
+                                        uint16_t* HWY_RESTRICT dst) {
+  constexpr size_t kChunk = 1024;  // a multiple of every block (at most 256)
+  HWY_ALIGN float buffer[kChunk];
+  const uint8_t* in = static_cast<const uint8_t*>(src);
+  for (size_t i = 0; i < n; i += kChunk) {
+    const size_t count = std::min(kChunk, n - i);
+    DequantizeRowImpl(type, in + i / block_elems * block_bytes, count, buffer);
+    ConvertRowToBF16(buffer, count, dst + i);
   }
 }
 

@@ -15,6 +15,15 @@ void DequantizeRowT(TensorType type, const void* src, size_t n, float* dst) {
   DequantizeRowImpl(type, src, n, dst);
 }
 
+size_t ConvertRowToF16T(const float* src, size_t n, uint16_t* dst) {
+  return ConvertRowToF16(src, n, dst);
+}
+
+void DequantizeRowToBF16T(TensorType type, const void* src, size_t n, uint16_t* dst) {
+  const TensorTypeInfo& info = GetTensorTypeInfo(type);
+  DequantizeRowToBF16Impl(type, info.block_elems, info.block_bytes, src, n, dst);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace sparrow::simd
 HWY_AFTER_NAMESPACE();
@@ -454,12 +463,24 @@ void QuantizeQ6_K(const float* src, size_t n, uint8_t* dst) {
 }  // namespace
 
 HWY_EXPORT(DequantizeRowT);
+HWY_EXPORT(DequantizeRowToBF16T);
+HWY_EXPORT(ConvertRowToF16T);
 
 bool CanConvert(TensorType type) { return TensorTypeCan(type, TypeAbility::kConvert); }
 
 void DequantizeRow(TensorType type, const void* src, size_t n, float* dst) {
   CheckRow(type, n);
   HWY_DYNAMIC_DISPATCH(DequantizeRowT)(type, src, n, dst);
+}
+
+void F32ToF16Row(const float* src, size_t n, uint16_t* dst) {
+  size_t i = HWY_DYNAMIC_DISPATCH(ConvertRowToF16T)(src, n, dst);
+  for (; i < n; ++i) dst[i] = HalfFromFloat(src[i]);
+}
+
+void DequantizeRowToBF16(TensorType type, const void* src, size_t n, uint16_t* dst) {
+  CheckRow(type, n);
+  HWY_DYNAMIC_DISPATCH(DequantizeRowToBF16T)(type, src, n, dst);
 }
 
 void DequantizeRowReference(TensorType type, const void* src, size_t n,
@@ -497,6 +518,9 @@ void QuantizeRow(TensorType type, const float* src, size_t n, void* dst) {
       std::memcpy(dst, src, n * sizeof(float));
       return;
     case TensorType::kF16:
+      if (reinterpret_cast<uintptr_t>(dst) % alignof(uint16_t) == 0) {
+        return F32ToF16Row(src, n, static_cast<uint16_t*>(dst));
+      }
       for (size_t i = 0; i < n; ++i) StoreU16(HalfFromFloat(src[i]), out + 2 * i);
       return;
     case TensorType::kBF16:

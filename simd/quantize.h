@@ -28,10 +28,18 @@ void DequantizeRow(TensorType type, const void* src, size_t n, float* dst);
 // Not fast (tens of ns per element for the K types) but fine for writing
 // whole models. Non-finite inputs give unspecified (but valid) blocks.
 void QuantizeRow(TensorType type, const float* src, size_t n, void* dst);
+// DequantizeRow's values rounded to bfloat16 bits (F32ToBF16 of each, bit
+// for bit): the weight panels of bf16 matrix products (ops/matmul.cc).
+// QuantizeRow(kBF16, ...) after DequantizeRow gives the same, at scalar speed.
+void DequantizeRowToBF16(TensorType type, const void* src, size_t n, uint16_t* dst);
 
 // Scalar versions, the reference the Highway paths are tested against.
 void DequantizeRowReference(TensorType type, const void* src, size_t n,
                            float* dst);
+
+// F32ToF16 of each of n values, with the CPU's conversion instruction where
+// Highway has it (x86 F16C, Arm), bit for bit the scalar results.
+void F32ToF16Row(const float* src, size_t n, uint16_t* dst);
 
 // IEEE half and bfloat16 scalar conversions (round to nearest even).
 float F16ToF32(uint16_t h);

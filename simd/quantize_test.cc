@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -316,6 +318,87 @@ TEST_CASE("DequantizeRow equals the reference bit for bit on random bytes") {
         }
         REQUIRE(fast[n] == 12345.0f);
       });
+    }
+  }
+}
+
+TEST_CASE("F32ToF16Row is F32ToF16 of each value, on every target") {
+  std::mt19937 rng(13);
+  std::uniform_int_distribution<uint32_t> any;
+  std::vector<float> x(1000);
+  for (float& v : x) v = FromBits(any(rng));  // NaNs, infinities, subnormals
+  // Values near half's range: ties, subnormal halves, overflow.
+  std::uniform_real_distribution<float> near(-70000.0f, 70000.0f);
+  for (size_t i = 0; i < 300; ++i) x[i] = near(rng) * (i % 3 == 0 ? 1e-9f : 1.0f);
+  const uint32_t specials[] = {0x3f801000u, 0x3f803000u, 0x33000000u, 0x387fe000u, 0x477ff000u,
+                               0x477fefffu, 0x7f800001u, 0x80000000u};
+  for (size_t i = 0; i < 8; ++i) x[300 + i] = FromBits(specials[i]);
+  for (size_t n : {size_t{1}, size_t{7}, size_t{16}, size_t{33}, size_t{1000}}) {
+    std::vector<uint16_t> got(n + 1);
+    ForEachTarget([&](const Target& t) {
+      CAPTURE(t.name);
+      CAPTURE(n);
+      got[n] = 0xABCD;
+      F32ToF16Row(x.data() + (n == 1000 ? 0 : 300), n, got.data());
+      for (size_t i = 0; i < n; ++i) {
+        const float v = x[(n == 1000 ? 0 : 300) + i];
+        CAPTURE(Bits(v));
+        const uint16_t want = F32ToF16(v);
+        if (std::isnan(v)) {
+          REQUIRE(std::isnan(F16ToF32(got[i])));
+        } else {
+          REQUIRE(got[i] == want);
+        }
+      }
+      REQUIRE(got[n] == 0xABCD);
+    });
+  }
+}
+
+TEST_CASE("DequantizeRowToBF16 is F32ToBF16 of the reference values, on every target") {
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (TensorType type : kAllTypes) {
+    const size_t block = GetTensorTypeInfo(type).block_elems;
+    // 1 to 2100 blocks: vector tails and more than one 1024-element chunk.
+    for (size_t blocks : {1, 3, 7, 70, 2100}) {
+      const size_t n = block * blocks;
+      if (n > 20000) continue;
+      std::vector<uint8_t> data(RowBytes(type, n));
+      for (uint8_t& v : data) v = static_cast<uint8_t>(byte(rng));
+      if (type == TensorType::kF32) {  // ties, NaN, infinities, subnormals
+        const uint32_t specials[] = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x00018000u,
+                                     0x7f7fffffu, 0x7f800001u, 0xff800000u, 0x80000000u};
+        for (size_t i = 0; i < std::min<size_t>(n, 8); ++i) {
+          std::memcpy(data.data() + 4 * i, &specials[i], 4);
+        }
+      }
+      std::vector<float> ref(n);
+      DequantizeRowReference(type, data.data(), n, ref.data());
+      std::vector<uint16_t> got(n + 1);
+      // With the CPU's bf16 instruction (x86 AVX512_BF16) inputs below the
+      // smallest normal float may become zero of the same sign; with it
+      // hidden, every value is F32ToBF16's.
+      for (bool hidden : {false, true}) {
+        HideCpuExtensionsForTest(hidden);
+        ForEachTarget([&](const Target& t) {
+          CAPTURE(t.name);
+          CAPTURE(TensorTypeName(type));
+          CAPTURE(n);
+          CAPTURE(hidden);
+          got[n] = 0xABCD;  // guard: nothing written past n
+          DequantizeRowToBF16(type, data.data(), n, got.data());
+          for (size_t i = 0; i < n; ++i) {
+            const uint16_t want = F32ToBF16(ref[i]);
+            const bool subnormal = ref[i] != 0.0f && std::abs(ref[i]) < FLT_MIN;
+            const uint16_t flushed = std::signbit(ref[i]) ? 0x8000 : 0x0000;
+            if (!hidden && subnormal && got[i] == flushed) continue;
+            REQUIRE(got[i] == want);
+          }
+          REQUIRE(got[n] == 0xABCD);
+        });
+      }
+      HideCpuExtensionsForTest(false);
     }
   }
 }

@@ -223,6 +223,20 @@ bool CpuHasX86Vnni(bool evex) {
 #endif
 }
 
+bool CpuHasX86Bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  // CPUID leaf 7 subleaf 1, EAX bit 5: AVX512_BF16 (Cooper Lake, Sapphire
+  // Rapids and later, Zen 4 and later).
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a & (1u << 5)) != 0;
+  }();
+  return has && !extensions_hidden;
+#else
+  return false;
+#endif
+}
+
 namespace {
 std::vector<std::string>& TargetsVisited() {
   static std::vector<std::string> visited;

@@ -36,7 +36,9 @@ bool CpuHasArmI8mm();
 // Whether this is an x86 CPU with vpdpbusd in the EVEX form (AVX-512 VNNI
 // and VL, evex=true) or the VEX form (AVX-VNNI, evex=false). Read once.
 bool CpuHasX86Vnni(bool evex);
-// Makes the three functions above answer false while `hidden` (tests: the
+// Whether this is an x86 CPU with AVX512_BF16 (vcvtneps2bf16). Read once.
+bool CpuHasX86Bf16();
+// Makes the four functions above answer false while `hidden` (tests: the
 // kernels' forms for CPUs without these extensions run on any CPU).
 void HideCpuExtensionsForTest(bool hidden);
 

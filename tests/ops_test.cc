@@ -81,11 +81,16 @@ TEST_CASE("batched MatMul equals MatVec per token, and the reference path, for e
         CHECK(MaxRelError(single, reference) < 1e-3);
         if (n == 9 || !SPARROW_HAVE_ONEDNN) {
           CHECK(batched == single);
-        } else {
+        } else if (type == TensorType::kF32 || !ops::PromptGemmUsesBf16()) {
           // oneDNN multiplies dequantized f32 weights by f32 activations,
           // like the reference; GEMV may quantize activations to 16 bits,
           // costing ~1e-4 of the largest output.
           CHECK(MaxRelError(batched, reference) < 1e-5);
+        } else {
+          // oneDNN in bf16 (weights and activations rounded to 8 significant
+          // bits, sums in f32): measured 1.7e-3 to 2.7e-3 of the largest
+          // output over these types.
+          CHECK(MaxRelError(batched, reference) < 5e-3);
         }
       }
     }
@@ -139,13 +144,15 @@ TEST_CASE("packed Q4_0 and Q4_K matrices give the plain matrices' products, rows
         ops::MatVec(packed.view, x.data() + t * cols, single.data());
         CHECK(std::equal(single.begin(), single.end(), got.begin() + t * rows));
       }
-      // A prompt-sized batch (the multi-token packed kernels, up to eight
-      // tokens per unpacked block, and odd ones left over) stays bit for
-      // bit per token too.
+      // A prompt-sized batch through the batched kernels (the multi-token
+      // packed kernels, up to eight tokens per unpacked block, and odd ones
+      // left over) stays bit for bit per token too. (MatMul sends batches
+      // this large to oneDNN where it has native bf16; without, it keeps
+      // them on these kernels.)
       const size_t prompt = 261;
       const std::vector<float> xp = RandomVector(prompt * cols, 6);
       std::vector<float> got_prompt(prompt * rows);
-      ops::MatMul(packed.view, xp.data(), prompt, got_prompt.data());
+      ops::MatVecs(packed.view, xp.data(), prompt, got_prompt.data());
       for (size_t t : {size_t{0}, size_t{7}, size_t{8}, size_t{259}, prompt - 1}) {
         ops::MatVec(packed.view, xp.data() + t * cols, single.data());
         CHECK(std::equal(single.begin(), single.end(), got_prompt.begin() + t * rows));

@@ -20,6 +20,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
 #include "src/model/config.h"
+#include "src/ops/ops.h"
 #include "src/runtime/unit_policy.h"
 #include "base/threads.h"
 
@@ -263,6 +264,7 @@ int InfoCommand(int argc, char** argv) {
   } else {
     std::printf("  4-bit kernels: plain rows, 16-bit activations\n");
   }
+  std::printf("  prompt batches: %s\n", ops::PromptGemmDescription().c_str());
   std::printf("  threads: %d, oneDNN: %s, OpenMP: %s, io_uring: %s\n", ThreadCount(),
               SPARROW_HAVE_ONEDNN ? "yes" : "no", SPARROW_HAVE_OPENMP ? "yes" : "no",
               SPARROW_HAVE_URING ? "yes" : "no");

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "base/tensor_type.h"
 #include "simd/attention.h"
@@ -60,6 +61,12 @@ void MatVecs(const MatrixView& w, const float* x, size_t n, float* y);
 // dequantized panel by panel); smaller ones (up to a size measured per
 // weight type, matmul.cc) through MatVecs, bit for bit MatVec's results.
 void MatMul(const MatrixView& w, const float* x, size_t n, float* y);
+// What MatMul runs large batches of non-F32 weights through on this CPU, for
+// `sparrow info`: "oneDNN bf16 (<oneDNN's kernel>)", "oneDNN f32", or "GEMV
+// kernels (no oneDNN)".
+std::string PromptGemmDescription();
+// Whether those batches are rounded to bf16 (ops_test.cc's tolerance).
+bool PromptGemmUsesBf16();
 // Bytes MatMul (and MatVec/MatVecs) keep on the calling thread for batches
 // of up to n tokens over matrices of at most `max_rows` rows of `cols`
 // elements: the dequantized panel of oneDNN batches and the prepared inputs
