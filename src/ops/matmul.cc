@@ -212,11 +212,13 @@ uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n) {
 #if SPARROW_HAVE_ONEDNN
   // MatMul's panel, sized as MatMul sizes it (f32 weights need none, but the
   // callers cannot always tell the type in advance).
+  // The f32 or the bf16 path's panel, and the bf16 path's activations.
+  const bool bf16 = OneDnn::Get().NativeBf16();
   const uint64_t panel =
-      n >= kFewestForGemm ? uint64_t{std::min(F32PanelRows(cols), max_rows)} * cols * sizeof(float)
-                          : 0;
-  // The bf16 path's activations (its panel takes the f32 panel's bytes).
-  const uint64_t activations = n >= kFewestForGemm ? uint64_t{n} * cols * sizeof(uint16_t) : 0;
+      n < kFewestForGemm ? 0
+      : bf16 ? uint64_t{std::min(Bf16PanelRows(cols), max_rows)} * cols * sizeof(uint16_t)
+             : uint64_t{std::min(F32PanelRows(cols), max_rows)} * cols * sizeof(float);
+  const uint64_t activations = n >= kFewestForGemm && bf16 ? uint64_t{n} * cols * sizeof(uint16_t) : 0;
   return panel + activations + MatVecsInputBytes(cols, n, /*with_gemm=*/true);
 #else
   (void)max_rows;
@@ -244,8 +246,7 @@ void MultiplyBf16(OneDnn& dnn, const MatrixView& w, const float* x, size_t n, fl
                  w.rows);
     return;
   }
-  // As many rows as the f32 panel's bytes hold (what MatMulScratchBytes charges).
-  const size_t panel_rows = std::min(2 * F32PanelRows(w.cols), w.rows);
+  const size_t panel_rows = std::min(Bf16PanelRows(w.cols), w.rows);  // MatMulScratchBytes
   thread_local AlignedBuffer<uint16_t> panel;
   if (panel.size() < panel_rows * w.cols) panel.Reset(panel_rows * w.cols);
   uint16_t* panel_data = panel.data();
