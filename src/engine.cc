@@ -67,7 +67,10 @@ BundleCharges ChargesOf(const bundle::Bundle& bndl, const ModelConfig& config,
   BundleCharges c;
   c.process = ProcessFootprintBytes(ThreadCount(), options.stream.io_threads);
   c.metadata = MetadataBytes(bndl.header());
-  c.resident = bndl.resident_bytes();
+  // The resident section, and what moving its matrices for decoding adds.
+  c.resident = bndl.resident_bytes() +
+               DecodeMatricesOverheadBytes(DecodeMatrixCount(config, /*with_ffn=*/false),
+                                           bndl.resident_bytes());
   c.session = Session::MemoryBytes(config, ShapeFor(options, n_ctx, max_batch, options.n_seqs),
                                    /*dense_ffn=*/false);
   c.ffn_minimum = StreamedFeedForward::MinimumBytes(bndl, options.stream, config, max_batch);
@@ -179,7 +182,9 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
   out.max_batch = options.max_batch > 0 ? options.max_batch : 512;
   out.budget = std::make_shared<MemoryBudget>(options.dram_budget);
   const uint64_t process = ProcessFootprintBytes(ThreadCount(), 0);
-  const uint64_t weights = out.model->weight_bytes();
+  const uint64_t weights =
+      out.model->weight_bytes() + DecodeMatricesOverheadBytes(DecodeMatrixCount(c, /*with_ffn=*/true),
+                                                              out.model->weight_bytes());
   out.logits_rows = options.logits_rows;
   auto session_bytes = [&](size_t n_seqs) {
     return Session::MemoryBytes(c, ShapeFor(options, out.n_ctx, out.max_batch, n_seqs),

@@ -50,7 +50,7 @@ Model::Model(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer,
       tokenizer_(std::move(tokenizer)),
       weights_(std::move(weights)),
       storage_(std::move(storage)) {
-  PackWeightsForDecode(weights_);
+  PrepareWeightsForDecode(weights_);
   Tally();
 }
 

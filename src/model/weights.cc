@@ -1,8 +1,13 @@
 #include "src/model/weights.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
 #include <unordered_map>
 
 #include "base/error.h"
+#include "base/huge_pages.h"
 #include "base/mapped_file.h"
 #include "simd/gemv.h"
 #include "simd/quantize.h"
@@ -127,17 +132,73 @@ ModelWeights BindWeights(const ModelConfig& c,
   return w;
 }
 
-void PackWeightsForDecode(ModelWeights& weights) {
-  if (ops::GetKernelMode() != ops::KernelMode::kFast) return;
-  auto pack = [](ops::MatrixView& m) {
-    if (m.data == nullptr || !ops::WantsPacking(m)) return;
-    if (!MakeWritable(m.data, m.rows * m.row_bytes)) return;
-    ops::PackForDecode(m, const_cast<uint8_t*>(m.data));
-  };
-  if (weights.output.data != weights.token_embd.data) pack(weights.output);
-  for (LayerWeights& l : weights.layers) {
-    for (ops::MatrixView* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) pack(*m);
+namespace {
+
+constexpr size_t kMatrixAlignment = 64;
+// Below this the matrices stay where they are: small models gain nothing
+// (their matrices mostly sit in the caches, within the TLB's reach), and
+// rounding to whole huge pages would cost them proportionally more.
+constexpr uint64_t kFewestBytesToMove = uint64_t{32} << 20;
+
+// The matrices PrepareWeightsForDecode takes, in memory order of a layer.
+std::vector<ops::MatrixView*> DecodeMatrices(ModelWeights& w) {
+  std::vector<ops::MatrixView*> out;
+  if (w.output.data != nullptr && w.output.data != w.token_embd.data) out.push_back(&w.output);
+  for (LayerWeights& l : w.layers) {
+    for (ops::MatrixView* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) {
+      if (m->data != nullptr) out.push_back(m);
+    }
   }
+  return out;
+}
+
+uint64_t AlignedBytes(uint64_t bytes) {
+  return (bytes + kMatrixAlignment - 1) / kMatrixAlignment * kMatrixAlignment;
+}
+
+}  // namespace
+
+void PrepareWeightsForDecode(ModelWeights& weights) {
+  const bool pack = ops::GetKernelMode() == ops::KernelMode::kFast;
+  const std::vector<ops::MatrixView*> matrices = DecodeMatrices(weights);
+  uint64_t total = 0;
+  for (const ops::MatrixView* m : matrices) total += AlignedBytes(m->rows * m->row_bytes);
+  if (TransparentHugePagesAvailable() && total >= kFewestBytesToMove) {
+    auto buffer = std::make_shared<HugePageBuffer>(total);
+    uint8_t* at = buffer->data();
+    for (ops::MatrixView* m : matrices) {
+      const size_t bytes = m->rows * m->row_bytes;
+      // A few MiB at a time, each given back as soon as it is copied, so the
+      // process never holds much more than the weights' own bytes.
+      constexpr size_t kStep = size_t{4} << 20;
+      for (size_t done = 0; done < bytes; done += kStep) {
+        const size_t n = std::min(kStep, bytes - done);
+        std::memcpy(at + done, m->data + done, n);
+        ReleaseWholePages(m->data + done, n);
+      }
+      m->data = at;
+      if (pack && ops::WantsPacking(*m)) ops::PackForDecode(*m, at);
+      at += AlignedBytes(bytes);
+    }
+    weights.decode_matrices = std::move(buffer);
+    return;
+  }
+  if (!pack) return;
+  for (ops::MatrixView* m : matrices) {
+    if (!ops::WantsPacking(*m)) continue;
+    if (!MakeWritable(m->data, m->rows * m->row_bytes)) continue;
+    ops::PackForDecode(*m, const_cast<uint8_t*>(m->data));
+  }
+}
+
+uint64_t DecodeMatricesOverheadBytes(size_t n_matrices, uint64_t bytes_at_most) {
+  if (!TransparentHugePagesAvailable() || bytes_at_most < kFewestBytesToMove) return 0;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  return HugePageBufferBytes(1) + n_matrices * (kMatrixAlignment + 2 * page);
+}
+
+size_t DecodeMatrixCount(const ModelConfig& config, bool with_ffn) {
+  return 1 + size_t{config.n_layers} * (with_ffn ? 7 : 4);
 }
 
 }  // namespace sparrow

@@ -1,0 +1,75 @@
+#include "base/huge_pages.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <new>
+#include <string>
+#include <utility>
+
+namespace sparrow {
+namespace {
+
+constexpr uint64_t kHugePage = uint64_t{2} << 20;
+
+}  // namespace
+
+bool TransparentHugePagesAvailable() {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  static const bool available = [] {
+    std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string modes;
+    std::getline(f, modes);
+    return modes.find("[always]") != std::string::npos ||
+           modes.find("[madvise]") != std::string::npos;
+  }();
+  return available;
+#else
+  return false;
+#endif
+}
+
+uint64_t HugePageBufferBytes(uint64_t bytes) {
+  return (bytes + kHugePage - 1) / kHugePage * kHugePage;
+}
+
+HugePageBuffer::HugePageBuffer(size_t bytes) {
+  if (bytes == 0) return;
+  const size_t size = HugePageBufferBytes(bytes);
+  // Map one huge page more than needed and trim both ends to alignment.
+  void* raw = ::mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc();
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > start) ::munmap(raw, aligned - start);
+  const uintptr_t tail = start + size + kHugePage - (aligned + size);
+  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + size), tail);
+  data_ = reinterpret_cast<uint8_t*>(aligned);
+  size_ = size;
+#if defined(MADV_HUGEPAGE)
+  ::madvise(data_, size_, MADV_HUGEPAGE);  // advice: small pages if refused
+#endif
+}
+
+HugePageBuffer::HugePageBuffer(HugePageBuffer&& other) noexcept { *this = std::move(other); }
+
+HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& other) noexcept {
+  std::swap(data_, other.data_);
+  std::swap(size_, other.size_);
+  return *this;
+}
+
+HugePageBuffer::~HugePageBuffer() {
+  if (data_ != nullptr) ::munmap(data_, size_);
+}
+
+void ReleaseWholePages(const void* p, size_t n) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+}  // namespace sparrow
