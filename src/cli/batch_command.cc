@@ -170,7 +170,9 @@ int BatchCommand(int argc, char** argv) {
       ("progress", "Show progress on stderr also when it is not a terminal");
   AddContextOption(options);
   AddSamplingOptions(options);
-  AddEngineOptions(options);
+  // f32: a pass mixes sequences (prompts with others' decoding steps), and
+  // bf16 rounding would let a sequence's text depend on its pass-mates.
+  AddEngineOptions(options, "f32");
   AddModelOptions(options);
   AddStatsOptions(options);
   cxxopts::ParseResult args;

@@ -89,7 +89,9 @@ int BenchCommand(int argc, char** argv) {
       ("t,threads", "Comma-separated thread counts", cxxopts::value<std::string>()->default_value("1,2"))
       ("r,repetitions", "Timed repetitions per test", cxxopts::value<int>()->default_value("3"))
       ("o,output", "md or json", cxxopts::value<std::string>()->default_value("md"))
-      ("kernels", "fast or reference", cxxopts::value<std::string>()->default_value("fast"));
+      ("kernels", "fast or reference", cxxopts::value<std::string>()->default_value("fast"))
+      ("prompt-gemm", "Large batches: auto (bf16 where native) or f32",
+       cxxopts::value<std::string>()->default_value("auto"));
   AddModelOptions(options);
   AddLoraOptions(options);
   AddStatsOptions(options);
@@ -111,6 +113,7 @@ int BenchCommand(int argc, char** argv) {
   const std::string kernels = args["kernels"].as<std::string>();
   if (kernels != "fast" && kernels != "reference") ThrowInputError("--kernels must be fast or reference");
   ops::SetKernelMode(kernels == "fast" ? ops::KernelMode::kFast : ops::KernelMode::kReference);
+  ApplyPromptGemm(args["prompt-gemm"].as<std::string>());
 
   const std::string path = Require(args, "model");
   EngineOptions engine = ParseModelOptions(args, path);

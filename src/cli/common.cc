@@ -28,11 +28,24 @@
 
 namespace sparrow::cli {
 
-void AddEngineOptions(cxxopts::Options& options) {
+void AddEngineOptions(cxxopts::Options& options, const char* prompt_gemm_default) {
   options.add_options("engine")
       ("t,threads", "Worker threads (default: all cores)", cxxopts::value<int>()->default_value("0"))
       ("kernels", "fast (Highway, oneDNN) or reference (scalar, for checking)",
-       cxxopts::value<std::string>()->default_value("fast"));
+       cxxopts::value<std::string>()->default_value("fast"))
+      ("prompt-gemm", "Large batches: auto (bf16 where the CPU multiplies it natively, AMX or "
+       "AVX-512 BF16; else f32) or f32 (results within ~1e-6 of one token at a time)",
+       cxxopts::value<std::string>()->default_value(prompt_gemm_default));
+}
+
+void ApplyPromptGemm(const std::string& value) {
+  if (value == "auto") {
+    ops::SetPromptGemm(ops::PromptGemm::kAuto);
+  } else if (value == "f32") {
+    ops::SetPromptGemm(ops::PromptGemm::kF32);
+  } else {
+    ThrowInputError("--prompt-gemm must be 'auto' or 'f32', not '", value, "'");
+  }
 }
 
 void ApplyEngineOptions(const cxxopts::ParseResult& args) {
@@ -47,6 +60,7 @@ void ApplyEngineOptions(const cxxopts::ParseResult& args) {
   } else {
     ThrowInputError("--kernels must be 'fast' or 'reference', not '", kernels, "'");
   }
+  ApplyPromptGemm(args["prompt-gemm"].as<std::string>());
 }
 
 void AddModelOptions(cxxopts::Options& options) {

@@ -15,9 +15,12 @@
 namespace sparrow::cli {
 
 // Options every model-running command takes: -t and --kernels.
-void AddEngineOptions(cxxopts::Options& options);
+// `prompt_gemm_default`: --prompt-gemm's default ("auto" or "f32").
+void AddEngineOptions(cxxopts::Options& options, const char* prompt_gemm_default = "auto");
 // Applies -t and --kernels; InputError for bad values.
 void ApplyEngineOptions(const cxxopts::ParseResult& args);
+// Sets ops' prompt GEMM from a --prompt-gemm value (InputError if unknown).
+void ApplyPromptGemm(const std::string& value);
 
 // Options for opening a model: --dram-budget, the streaming knobs that
 // matter for bundles (--window, --cache, --io, --io-threads) and the

@@ -190,6 +190,13 @@ class OneDnn {
 
 }  // namespace
 
+namespace {
+PromptGemm g_prompt_gemm = PromptGemm::kAuto;
+}  // namespace
+
+void SetPromptGemm(PromptGemm mode) { g_prompt_gemm = mode; }
+PromptGemm GetPromptGemm() { return g_prompt_gemm; }
+
 std::string PromptGemmDescription() {
 #if SPARROW_HAVE_ONEDNN
   const OneDnn& dnn = OneDnn::Get();
@@ -201,7 +208,7 @@ std::string PromptGemmDescription() {
 
 bool PromptGemmUsesBf16() {
 #if SPARROW_HAVE_ONEDNN
-  return OneDnn::Get().NativeBf16();
+  return g_prompt_gemm == PromptGemm::kAuto && OneDnn::Get().NativeBf16();
 #else
   return false;
 #endif
@@ -213,7 +220,7 @@ uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n) {
   // MatMul's panel, sized as MatMul sizes it (f32 weights need none, but the
   // callers cannot always tell the type in advance).
   // The f32 or the bf16 path's panel, and the bf16 path's activations.
-  const bool bf16 = OneDnn::Get().NativeBf16();
+  const bool bf16 = PromptGemmUsesBf16();
   const uint64_t panel =
       n < kFewestForGemm ? 0
       : bf16 ? uint64_t{std::min(Bf16PanelRows(cols), max_rows)} * cols * sizeof(uint16_t)
@@ -270,13 +277,13 @@ void MultiplyBf16(OneDnn& dnn, const MatrixView& w, const float* x, size_t n, fl
 void MatMul(const MatrixView& w, const float* x, size_t n, float* y) {
 #if SPARROW_HAVE_ONEDNN
   if (GetKernelMode() == KernelMode::kFast && n >= kFewestForGemm &&
-      n >= MinBatchForGemm(w, OneDnn::Get().NativeBf16())) {
+      n >= MinBatchForGemm(w, PromptGemmUsesBf16())) {
     OneDnn& dnn = OneDnn::Get();
     if (w.type == TensorType::kF32) {
       dnn.Multiply(false, x, n, w.cols, w.data, w.row_bytes / sizeof(float), w.rows, y, w.rows);
       return;
     }
-    if (dnn.NativeBf16()) return MultiplyBf16(dnn, w, x, n, y);
+    if (PromptGemmUsesBf16()) return MultiplyBf16(dnn, w, x, n, y);
     const size_t panel_rows = std::min(F32PanelRows(w.cols), w.rows);
     thread_local AlignedBuffer<float> panel;
     if (panel.size() < panel_rows * w.cols) panel.Reset(panel_rows * w.cols);

@@ -61,11 +61,20 @@ void MatVecs(const MatrixView& w, const float* x, size_t n, float* y);
 // dequantized panel by panel); smaller ones (up to a size measured per
 // weight type, matmul.cc) through MatVecs, bit for bit MatVec's results.
 void MatMul(const MatrixView& w, const float* x, size_t n, float* y);
-// What MatMul runs large batches of non-F32 weights through on this CPU, for
-// `sparrow info`: "oneDNN bf16 (<oneDNN's kernel>)", "oneDNN f32", or "GEMV
-// kernels (no oneDNN)".
+// How MatMul multiplies large batches of non-F32 weights (matmul.cc):
+// kAuto in bf16 where oneDNN has native bf16 on this CPU, else f32; kF32
+// always in f32, within ~1e-6 of the decode kernels' results, so that a
+// token's result hardly depends on the batch it came in (`sparrow batch`
+// uses it: its passes mix sequences). Set before a model is opened (the
+// budget charges the path's scratch).
+enum class PromptGemm { kAuto, kF32 };
+void SetPromptGemm(PromptGemm mode);
+PromptGemm GetPromptGemm();
+// What MatMul runs large batches of non-F32 weights through on this CPU
+// with kAuto, for `sparrow info`: "oneDNN bf16 (<oneDNN's kernel>)",
+// "oneDNN f32", or "GEMV kernels (no oneDNN)".
 std::string PromptGemmDescription();
-// Whether those batches are rounded to bf16 (ops_test.cc's tolerance).
+// Whether those batches are rounded to bf16 now (ops_test.cc's tolerance).
 bool PromptGemmUsesBf16();
 // Bytes MatMul (and MatVec/MatVecs) keep on the calling thread for batches
 // of up to n tokens over matrices of at most `max_rows` rows of `cols`

@@ -112,6 +112,7 @@ printf '{"prompt": "a", "n_pedict": 3}\n' >"$WORK/bad2.jsonl"
 expect_input_error "an unknown field" "$SPARROW" batch -m "$STORIES" -f "$WORK/bad2.jsonl"
 printf '{"prompt": "a"\n' >"$WORK/bad3.jsonl"
 expect_input_error "a line that is not JSON" "$SPARROW" batch -m "$STORIES" -f "$WORK/bad3.jsonl"
+expect_input_error "an unknown --prompt-gemm" "$SPARROW" batch -m "$STORIES" -f "$WORK/p.jsonl" --prompt-gemm bf8
 printf '["a"]\n' >"$WORK/bad4.jsonl"
 expect_input_error "a line that is not an object" "$SPARROW" batch -m "$STORIES" -f "$WORK/bad4.jsonl"
 printf '\n\n' >"$WORK/empty.jsonl"
