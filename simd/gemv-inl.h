@@ -222,12 +222,13 @@ inline constexpr size_t kMaxFloatLanes = HWY_MAX_BYTES / sizeof(float);
 // each starting with its f16 scale: sw[b] = weight scale * activation scale
 // sx[b] (zero for b >= count, up to Lanes(df)), and adds sw[b] * sums[b] to
 // `offset` (the kernels' per-block offset terms). sx and sums are padded.
+//
+// In two steps, so that kernels multiplying the same rows with several
+// inputs decode the weights' scales once (WeightBlockScales) and apply each
+// input's (ApplyInputScales): the same operations, so the same results.
 template <class DF>
-HWY_INLINE void BlockScales(DF df, const uint8_t* HWY_RESTRICT blocks,
-                            size_t block_bytes, size_t count,
-                            const float* HWY_RESTRICT sx,
-                            const float* HWY_RESTRICT sums,
-                            float* HWY_RESTRICT sw, hn::Vec<DF>& offset) {
+HWY_INLINE hn::Vec<DF> WeightBlockScales(DF df, const uint8_t* HWY_RESTRICT blocks,
+                                         size_t block_bytes, size_t count) {
   const hn::RebindToSigned<DF> di32;
   const hn::Rebind<uint16_t, DF> du16;
   const hn::Rebind<hwy::float16_t, DF> df16;
@@ -254,10 +255,28 @@ HWY_INLINE void BlockScales(DF df, const uint8_t* HWY_RESTRICT blocks,
   const auto bits = hn::DemoteTo(du16, hn::And(raw, hn::Set(di32, 0xFFFF)));
   const auto dw = PromoteHalf(df, hn::BitCast(df16, bits));
 #endif
+  (void)N;
+  return dw;
+}
+
+template <class DF>
+HWY_INLINE void ApplyInputScales(DF df, hn::Vec<DF> dw, size_t count,
+                                 const float* HWY_RESTRICT sx, const float* HWY_RESTRICT sums,
+                                 float* HWY_RESTRICT sw, hn::Vec<DF>& offset) {
   auto s = hn::Mul(dw, hn::LoadU(df, sx));
-  if (count < N) s = hn::IfThenElseZero(hn::FirstN(df, count), s);
+  if (count < hn::Lanes(df)) s = hn::IfThenElseZero(hn::FirstN(df, count), s);
   hn::Store(s, df, sw);
   offset = hn::MulAdd(s, hn::LoadU(df, sums), offset);
+}
+
+template <class DF>
+HWY_INLINE void BlockScales(DF df, const uint8_t* HWY_RESTRICT blocks,
+                            size_t block_bytes, size_t count,
+                            const float* HWY_RESTRICT sx,
+                            const float* HWY_RESTRICT sums,
+                            float* HWY_RESTRICT sw, hn::Vec<DF>& offset) {
+  ApplyInputScales(df, WeightBlockScales(df, blocks, block_bytes, count), count, sx, sums, sw,
+                   offset);
 }
 
 // Row kernels take their rows as an array of kRows pointers and a prefetch
@@ -578,10 +597,13 @@ HWY_INLINE void Q8_0RowsTokens(const uint8_t* const* HWY_RESTRICT rows, size_t n
   HWY_ALIGN float sw[T][kRows][kMaxFloatLanes];
   auto unused = hn::Zero(dfull);  // Q8_0 is symmetric: no offset term
   for (size_t g0 = 0; g0 < nblocks; g0 += G) {
-    for (size_t i = 0; i < T; ++i) {
-      for (size_t r = 0; r < kRows; ++r) {
-        BlockScales(dfull, rows[r] + g0 * kBB, kBB, std::min(G, nblocks - g0),
-                    in[i].scales() + g0, in[i].sums() + g0, sw[i][r], unused);
+    // Each row's weight scales decoded once for all T inputs.
+    for (size_t r = 0; r < kRows; ++r) {
+      const size_t count = std::min(G, nblocks - g0);
+      const auto dw = WeightBlockScales(dfull, rows[r] + g0 * kBB, kBB, count);
+      for (size_t i = 0; i < T; ++i) {
+        ApplyInputScales(dfull, dw, count, in[i].scales() + g0, in[i].sums() + g0, sw[i][r],
+                         unused);
       }
     }
     const size_t count = std::min(G, nblocks - g0);
