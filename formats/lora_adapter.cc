@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <limits>
+#include <type_traits>
 #include <map>
 #include <optional>
 
@@ -129,6 +131,20 @@ template <typename T>
 T ConfigField(const nlohmann::json& config, const char* key, T fallback, const std::string& path) {
   const auto it = config.find(key);
   if (it == config.end() || it->is_null()) return fallback;
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    // A number T cannot hold would make the conversion undefined: refuse it
+    // (a float for an integer field must also be whole).
+    if (it->is_number()) {
+      const double v = it->get<double>();
+      // Strictly below an integer type's max: as a double, a 64-bit max
+      // rounds up to 2^63, which does not fit.
+      const double top = static_cast<double>(std::numeric_limits<T>::max());
+      const bool fits = v >= static_cast<double>(std::numeric_limits<T>::lowest()) &&
+                        (std::is_integral_v<T> ? v < top : v <= top);
+      const bool whole = !std::is_integral_v<T> || !it->is_number_float() || v == std::trunc(v);
+      if (!fits || !whole) ThrowInputError(path, ": '", key, "' is out of range (", it->dump(), ")");
+    }
+  }
   try {
     return it->get<T>();
   } catch (const nlohmann::json::exception&) {
@@ -175,7 +191,7 @@ LoraAdapterFile ReadPeft(const std::string& dir) {
   out.path = dir;
   out.format = "peft";
   out.hf_row_order = true;
-  out.alpha = static_cast<float>(ConfigField<double>(config, "lora_alpha", 8.0, config_path));
+  out.alpha = ConfigField<float>(config, "lora_alpha", 8.0f, config_path);  // range-checked
   if (!std::isfinite(out.alpha) || out.alpha <= 0) {
     ThrowInputError(config_path, ": lora_alpha must be positive");
   }

@@ -140,5 +140,33 @@ TEST_CASE("lora: a PEFT config that is not valid JSON is refused in one line") {
   ::rmdir(dir.c_str());
 }
 
+// Found by lora_adapter_fuzzer: a rank or alpha too large for its type
+// made the conversion undefined (caught by UBSan as a float-cast overflow).
+TEST_CASE("lora: PEFT numbers out of their field's range are refused in one line") {
+  char tmpl[] = "/tmp/sparrow_peft_XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  const std::string config = dir + "/adapter_config.json";
+  struct Case {
+    const char* text;
+    const char* key;
+  };
+  for (const Case& c : {Case{"{\"peft_type\": \"LORA\", \"r\": 44444444444444444444444444}", "'r'"},
+                        Case{"{\"peft_type\": \"LORA\", \"r\": 9223372036854775808}", "'r'"},
+                        Case{"{\"peft_type\": \"LORA\", \"r\": 2.5}", "'r'"},
+                        Case{"{\"peft_type\": \"LORA\", \"r\": 8, \"lora_alpha\": 1e300}",
+                             "'lora_alpha'"}}) {
+    CAPTURE(c.text);
+    std::FILE* f = std::fopen(config.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    std::fputs(c.text, f);
+    std::fclose(f);
+    const std::string msg = ErrorOf([&] { ReadLoraAdapter(dir); });
+    CHECK(Contains(msg, config + ": " + c.key + " is out of range"));
+  }
+  std::remove(config.c_str());
+  ::rmdir(dir.c_str());
+}
+
 }  // namespace
 }  // namespace sparrow
