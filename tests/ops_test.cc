@@ -59,7 +59,11 @@ double MaxRelError(const std::vector<float>& a, const std::vector<float>& b) {
 TEST_CASE("batched MatMul equals MatVec per token, and the reference path, for every type") {
   const TensorType types[] = {TensorType::kF32, TensorType::kF16, TensorType::kBF16, TensorType::kQ8_0,
                               TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ6_K};
+  // Both large-batch paths: bf16 where this CPU has it natively, and f32.
+  for (ops::PromptGemm gemm : {ops::PromptGemm::kAuto, ops::PromptGemm::kF32})
   for (int threads : {1, 2}) {
+    ops::SetPromptGemm(gemm);
+    CAPTURE(ops::PromptGemmUsesBf16());
     SetThreadCount(threads);
     for (TensorType type : types) {
       CAPTURE(TensorTypeName(type));
@@ -95,6 +99,7 @@ TEST_CASE("batched MatMul equals MatVec per token, and the reference path, for e
       }
     }
   }
+  ops::SetPromptGemm(ops::PromptGemm::kAuto);
   SetThreadCount(0);
 }
 

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -236,6 +237,35 @@ uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n) {
 #if SPARROW_HAVE_ONEDNN
 namespace {
 
+// y = src * W^T one panel of w's rows at a time: each panel dequantized on
+// all threads into E (float, or uint16_t holding bf16 bits; src is the batch
+// in the same form), then multiplied by oneDNN, which amortizes the
+// dequantization over all n tokens.
+template <typename E>
+void MultiplyByPanels(OneDnn& dnn, const MatrixView& w, const E* src, size_t n, float* y,
+                      size_t panel_rows) {
+  constexpr bool kBf16 = std::is_same_v<E, uint16_t>;
+  thread_local AlignedBuffer<E> panel;  // MatMulScratchBytes
+  if (panel.size() < panel_rows * w.cols) panel.Reset(panel_rows * w.cols);
+  E* panel_data = panel.data();
+  for (size_t r0 = 0; r0 < w.rows; r0 += panel_rows) {
+    const size_t rows = std::min(panel_rows, w.rows - r0);
+    ParallelFor(rows, 4, [&](size_t begin, size_t end, int) {
+      thread_local std::vector<uint8_t> scratch;  // a packed row, unpacked
+      if (w.packed && scratch.size() < w.row_bytes) scratch.resize(w.row_bytes);
+      for (size_t r = begin; r < end; ++r) {
+        const uint8_t* blocks = RowBlocks(w, r0 + r, scratch.data());
+        if constexpr (kBf16) {
+          simd::DequantizeRowToBF16(w.type, blocks, w.cols, panel_data + r * w.cols);
+        } else {
+          simd::DequantizeRow(w.type, blocks, w.cols, panel_data + r * w.cols);
+        }
+      }
+    });
+    dnn.Multiply(kBf16, src, n, w.cols, panel_data, w.cols, rows, y + r0, w.rows);
+  }
+}
+
 // The bf16 path: activations rounded to bf16 once per call, weights in bf16
 // panels (BF16 matrices as they are), products summed in f32 by oneDNN.
 void MultiplyBf16(OneDnn& dnn, const MatrixView& w, const float* x, size_t n, float* y) {
@@ -253,22 +283,8 @@ void MultiplyBf16(OneDnn& dnn, const MatrixView& w, const float* x, size_t n, fl
                  w.rows);
     return;
   }
-  const size_t panel_rows = std::min(Bf16PanelRows(w.cols), w.rows);  // MatMulScratchBytes
-  thread_local AlignedBuffer<uint16_t> panel;
-  if (panel.size() < panel_rows * w.cols) panel.Reset(panel_rows * w.cols);
-  uint16_t* panel_data = panel.data();
-  for (size_t r0 = 0; r0 < w.rows; r0 += panel_rows) {
-    const size_t rows = std::min(panel_rows, w.rows - r0);
-    ParallelFor(rows, 4, [&](size_t begin, size_t end, int) {
-      thread_local std::vector<uint8_t> scratch;  // a packed row, unpacked
-      if (w.packed && scratch.size() < w.row_bytes) scratch.resize(w.row_bytes);
-      for (size_t r = begin; r < end; ++r) {
-        simd::DequantizeRowToBF16(w.type, RowBlocks(w, r0 + r, scratch.data()), w.cols,
-                                  panel_data + r * w.cols);
-      }
-    });
-    dnn.Multiply(true, x16_data, n, w.cols, panel_data, w.cols, rows, y + r0, w.rows);
-  }
+  MultiplyByPanels(dnn, w, static_cast<const uint16_t*>(x16_data), n, y,
+                   std::min(Bf16PanelRows(w.cols), w.rows));
 }
 
 }  // namespace
@@ -284,22 +300,7 @@ void MatMul(const MatrixView& w, const float* x, size_t n, float* y) {
       return;
     }
     if (PromptGemmUsesBf16()) return MultiplyBf16(dnn, w, x, n, y);
-    const size_t panel_rows = std::min(F32PanelRows(w.cols), w.rows);
-    thread_local AlignedBuffer<float> panel;
-    if (panel.size() < panel_rows * w.cols) panel.Reset(panel_rows * w.cols);
-    float* panel_data = panel.data();
-    for (size_t r0 = 0; r0 < w.rows; r0 += panel_rows) {
-      const size_t rows = std::min(panel_rows, w.rows - r0);
-      ParallelFor(rows, 4, [&](size_t begin, size_t end, int) {
-        thread_local std::vector<uint8_t> scratch;  // a packed row, unpacked
-        if (w.packed && scratch.size() < w.row_bytes) scratch.resize(w.row_bytes);
-        for (size_t r = begin; r < end; ++r) {
-          simd::DequantizeRow(w.type, RowBlocks(w, r0 + r, scratch.data()), w.cols,
-                              panel_data + r * w.cols);
-        }
-      });
-      dnn.Multiply(false, x, n, w.cols, panel_data, w.cols, rows, y + r0, w.rows);
-    }
+    MultiplyByPanels(dnn, w, x, n, y, std::min(F32PanelRows(w.cols), w.rows));
     return;
   }
 #endif
