@@ -218,9 +218,9 @@ bool PromptGemmUsesBf16() {
 uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n) {
   if (cols == 0 || n == 0) return 0;
 #if SPARROW_HAVE_ONEDNN
-  // MatMul's panel, sized as MatMul sizes it (f32 weights need none, but the
-  // callers cannot always tell the type in advance).
-  // The f32 or the bf16 path's panel, and the bf16 path's activations.
+  // MatMul's panel for the path in use (f32 or bf16), sized as MatMul sizes
+  // it (f32 weights need none, but the callers cannot always tell the type
+  // in advance), and the bf16 path's activations.
   const bool bf16 = PromptGemmUsesBf16();
   const uint64_t panel =
       n < kFewestForGemm ? 0
