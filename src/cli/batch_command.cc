@@ -8,18 +8,22 @@
 // whatever block it lands in). Blank lines are skipped; anything else that
 // is not such an object is refused with its line number before any work.
 // Output lines: {"id", "text", "stop", "prompt_tokens", "generated_tokens",
-// "seconds"}; with -o they go to a file written whole at the end
-// (base/output_file.h), else to stdout as soon as every line before them
-// is done.
+// "seconds"}, each as soon as every line before it is done: to stdout, or
+// with -o to OUT.partial (base/line_journal.h), each line on disk before
+// the next, renamed to OUT when the last is in. A run stopped part way
+// keeps the lines it finished; --resume checks them against the prompts
+// (same ids, in order) and decodes only the rest.
 #include <unistd.h>
 
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
+#include "base/line_journal.h"
 #include "base/output_file.h"
 #include "base/read_file.h"
 #include "base/timer.h"
@@ -117,6 +121,31 @@ std::vector<Job> ReadJobs(const std::string& path, long long default_n,
   return jobs;
 }
 
+// How many prompts an interrupted run finished: the lines it left in the
+// journal must be the results of the first prompts, in order (their ids
+// are compared). InputError naming the line otherwise, since then the
+// journal belongs to another job.
+size_t CheckKeptResults(const LineJournal& journal, const std::vector<Job>& jobs,
+                        const std::string& jobs_path) {
+  const std::vector<std::string>& kept = journal.kept();
+  if (kept.size() > jobs.size()) {
+    ThrowInputError("'", journal.path(), "' holds ", kept.size(), " results but ", jobs_path,
+                    " has only ", jobs.size(), " prompts: it is another job's");
+  }
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const json line = json::parse(kept[i], nullptr, /*allow_exceptions=*/false);
+    if (!line.is_object() || !line.contains("id") || !line.contains("text")) {
+      ThrowInputError("'", journal.path(), "':", i + 1, ": not a result line of sparrow batch");
+    }
+    if (line["id"] != jobs[i].id) {
+      ThrowInputError("'", journal.path(), "':", i + 1, ": the result for id ", line["id"].dump(),
+                      ", but prompt ", i + 1, " of ", jobs_path, " has id ", jobs[i].id.dump(),
+                      ": it is another job's");
+    }
+  }
+  return kept.size();
+}
+
 // Progress on stderr: one line redrawn on a terminal; with --progress
 // elsewhere, a line every tenth of the prompts.
 class BatchProgress {
@@ -161,8 +190,11 @@ int BatchCommand(int argc, char** argv) {
       ("m,model", "Model file (GGUF or bundle)", cxxopts::value<std::string>())
       ("f,file", "Prompts, one JSON object per line: {\"id\":..., \"prompt\":..., "
                  "\"n_predict\":..., \"temperature\":...}", cxxopts::value<std::string>())
-      ("o,output", "Write the results here (JSONL, written whole at the end; default: stdout)",
+      ("o,output", "Write the results here (JSONL; each line goes to OUTPUT.partial as it is "
+                   "done, renamed to OUTPUT at the end; default: stdout)",
        cxxopts::value<std::string>())
+      ("resume", "Keep the results an interrupted run with the same -o left in OUTPUT.partial "
+                 "and decode only the prompts after them")
       ("block", "Sequences decoded together, or auto (the most the DRAM budget holds, up to 32)",
        cxxopts::value<std::string>()->default_value("auto"))
       ("n,n-predict", "Tokens to generate per prompt unless its line says (-1: until end of "
@@ -186,13 +218,27 @@ int BatchCommand(int argc, char** argv) {
   const std::vector<Job> jobs = ReadJobs(jobs_path, n_predict, ParseSamplingOptions(args));
   const std::string output = args.count("output") ? args["output"].as<std::string>() : "";
   if (!output.empty()) CheckWritable(output, "-o");
+  const bool resume = args.count("resume") > 0;
+  if (resume && output.empty()) ThrowInputError("--resume needs -o (the results to go on from)");
+  std::optional<LineJournal> journal;
+  size_t done_before = 0;
+  if (!output.empty()) {
+    journal.emplace(output, resume);
+    done_before = CheckKeptResults(*journal, jobs, jobs_path);
+    if (done_before == jobs.size()) {
+      journal->Commit();
+      std::fprintf(stderr, "batch: all %zu results were in %s already; wrote %s\n", jobs.size(),
+                   LineJournal::PartialPath(output).c_str(), output.c_str());
+      return 0;
+    }
+  }
 
   EngineOptions engine = ParseModelOptions(args, model_path);
   engine.n_ctx = ParseContextSize(args);
   const std::string block_text = args["block"].as<std::string>();
   if (block_text == "auto") {
     engine.n_seqs = 0;
-    engine.max_auto_seqs = std::min<size_t>(32, jobs.size());
+    engine.max_auto_seqs = std::min<size_t>(32, jobs.size() - done_before);
   } else {
     const std::vector<int> b = ParseIntList(block_text, "--block");
     if (b.size() != 1 || b[0] < 1) ThrowInputError("--block must be a positive number or auto");
@@ -203,6 +249,7 @@ int BatchCommand(int argc, char** argv) {
   const Tokenizer& tok = model.tokenizer();
   const size_t n_ctx = loaded.n_ctx;
 
+  // Every prompt is checked, also those a resumed run has done already.
   std::vector<BlockRequest> requests(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
     requests[i].prompt = tok.Encode(jobs[i].prompt, tok.add_bos());
@@ -226,28 +273,31 @@ int BatchCommand(int argc, char** argv) {
   BlockDecoder decoder(model, session);
   // Lines go out in input order: each waits here for those before it.
   std::map<size_t, std::string> pending;
-  std::string file_text;
-  size_t next_out = 0;
+  size_t next_out = done_before;
   auto emit = [&](size_t index, std::string line) {
     pending.emplace(index, std::move(line));
     for (auto it = pending.find(next_out); it != pending.end(); it = pending.find(next_out)) {
-      if (output.empty()) {
+      if (journal) {
+        journal->Append(it->second);
+      } else {
         std::fwrite(it->second.data(), 1, it->second.size(), stdout);
         std::fflush(stdout);
         if (std::ferror(stdout)) ThrowInputError("cannot write to standard output");
-      } else {
-        file_text += it->second;
       }
       pending.erase(it);
       ++next_out;
     }
   };
+  const std::vector<BlockRequest> todo(requests.begin() + static_cast<ptrdiff_t>(done_before),
+                                       requests.end());
   BatchProgress bar(args.count("progress") > 0);
   const double t0 = NowSeconds();
   size_t generated = 0, passes = 0;
   decoder.Run(
-      requests,
-      [&](BlockResult&& r) {
+      todo,
+      [&](BlockResult&& result) {
+        BlockResult r = std::move(result);
+        r.request += done_before;  // index in `jobs`
         nlohmann::ordered_json out;
         out["id"] = jobs[r.request].id;
         // The continuation as `sparrow run` prints it: the tokens' pieces
@@ -268,13 +318,15 @@ int BatchCommand(int argc, char** argv) {
       });
   const double seconds = NowSeconds() - t0;
   bar.Finish();
-  if (!output.empty()) WriteFileAtomically(output, file_text, "batch results");
+  if (journal) journal->Commit();
 
   ReportStats(args, loaded);
   std::fprintf(stderr,
-               "batch: %zu prompts, block %zu, %zu tokens generated in %.2f s (%zu passes): "
+               "batch: %zu prompts%s, block %zu, %zu tokens generated in %.2f s (%zu passes): "
                "%.2f tok/s, peak rss: %.1f MiB\n",
-               jobs.size(), loaded.n_seqs, generated, seconds, passes,
+               todo.size(),
+               done_before > 0 ? StrCat(" (+", done_before, " done before this run)").c_str() : "",
+               loaded.n_seqs, generated, seconds, passes,
                generated / std::max(seconds, 1e-9), PeakRssBytes() / (1024.0 * 1024.0));
   return 0;
 }

@@ -92,7 +92,7 @@ grep -q "^block auto: " "$WORK/got.err" && grep -q "KV cache and activations" "$
   && pass "bundle --stats: $(grep '^block auto' "$WORK/got.err")" \
   || fail "bundle --stats lacks the block or the budget: $(head -c 300 "$WORK/got.err")"
 
-# 3. -o: written whole, nothing left beside it.
+# 3. -o: the file appears whole at the end, nothing left beside it.
 "$SPARROW" batch -m "$STORIES" -f "$WORK/p.jsonl" -o "$WORK/out/r.jsonl" 2>/dev/null
 [ $? -eq 2 ] && pass "-o into a missing directory -> exit 2" || fail "-o into a missing directory"
 mkdir "$WORK/out"
@@ -103,6 +103,61 @@ if "$SPARROW" batch -m "$STORIES" -f "$WORK/p.jsonl" -o "$WORK/out/r.jsonl" >"$W
 else
   fail "-o: $(ls "$WORK/out")"
 fi
+
+# 3b. A run killed part way (SIGKILL: no handler runs) keeps the lines it
+# finished in OUT.partial, and OUT does not appear; without --resume a new
+# run refuses to overwrite them; with it, the rest is decoded and OUT
+# equals an uninterrupted run's (ids and texts). A second writer is
+# refused while the first runs.
+: >"$WORK/long.jsonl"
+for i in $(seq 1 60); do
+  printf '{"id": %d, "prompt": "Once upon a time, %d", "n_predict": 300, "temperature": 0}\n' \
+    "$i" "$i" >>"$WORK/long.jsonl"
+done
+"$SPARROW" batch -m "$STORIES" -f "$WORK/long.jsonl" --block 1 >"$WORK/long.full" 2>/dev/null
+"$SPARROW" batch -m "$STORIES" -f "$WORK/long.jsonl" --block 1 -o "$WORK/out/k.jsonl" \
+  2>/dev/null &
+victim=$!
+for _ in $(seq 1 400); do  # until three lines are on disk (at most 20 s)
+  [ -f "$WORK/out/k.jsonl.partial" ] && [ "$(wc -l <"$WORK/out/k.jsonl.partial")" -ge 3 ] && break
+  sleep 0.05
+done
+"$SPARROW" batch -m "$STORIES" -f "$WORK/long.jsonl" -o "$WORK/out/k.jsonl" --resume \
+  2>"$WORK/second.err" >/dev/null
+second=$?
+kill -9 $victim 2>/dev/null
+wait $victim 2>/dev/null
+[ $second -eq 2 ] && grep -q "another process" "$WORK/second.err" \
+  && pass "a second writer of the same -o is refused: $(tail -n 1 "$WORK/second.err")" \
+  || fail "a second writer: exit $second: $(tail -n 1 "$WORK/second.err")"
+kept=$(wc -l <"$WORK/out/k.jsonl.partial")
+if [ ! -e "$WORK/out/k.jsonl" ] && [ "$kept" -ge 3 ] && [ "$kept" -lt 60 ]; then
+  pass "killed part way: $kept of 60 results kept in OUT.partial, no OUT"
+else
+  fail "killed part way: $kept lines kept, OUT $( [ -e "$WORK/out/k.jsonl" ] && echo exists || echo absent)"
+fi
+expect_input_error "a new run over an interrupted one's results" \
+  "$SPARROW" batch -m "$STORIES" -f "$WORK/long.jsonl" -o "$WORK/out/k.jsonl"
+grep -q -- "--resume" "$WORK/bad.err" || fail "the refusal does not mention --resume"
+if "$SPARROW" batch -m "$STORIES" -f "$WORK/long.jsonl" --block 4 -o "$WORK/out/k.jsonl" \
+     --resume 2>"$WORK/resume.err" \
+   && grep -q "done before this run" "$WORK/resume.err" \
+   && [ ! -e "$WORK/out/k.jsonl.partial" ] \
+   && python3 -c '
+import json, sys
+a = [(r["id"], r["text"]) for r in map(json.loads, open(sys.argv[1]))]
+b = [(r["id"], r["text"]) for r in map(json.loads, open(sys.argv[2]))]
+sys.exit(0 if a == b and len(a) == 60 else 1)' "$WORK/long.full" "$WORK/out/k.jsonl"; then
+  pass "--resume: the 60 ids and texts of an uninterrupted run ($(tail -n 1 "$WORK/resume.err" | cut -d, -f1))"
+else
+  fail "--resume: $(tail -n 1 "$WORK/resume.err")"
+fi
+# A journal of another job, and --resume without -o.
+head -n 2 "$WORK/long.full" >"$WORK/out/p.jsonl.partial"
+expect_input_error "--resume over another job's results" \
+  "$SPARROW" batch -m "$STORIES" -f "$WORK/p.jsonl" -o "$WORK/out/p.jsonl" --resume
+expect_input_error "--resume without -o" "$SPARROW" batch -m "$STORIES" -f "$WORK/p.jsonl" --resume
+rm -f "$WORK/out/p.jsonl.partial" "$WORK/out/k.jsonl"
 
 # 4. Bad input: one line, exit 2, naming the line.
 printf '{"prompt": "a"}\n{"prompt": 5}\n' >"$WORK/bad1.jsonl"
