@@ -280,8 +280,11 @@ TEST_CASE("the workspace allocates what its plan charges") {
          ws.v.size() + ws.rope_cos.size() + ws.rope_sin.size() + ws.scores.size() +
          ws.logits.size() + ws.ffn_gate.size() + ws.ffn_up.size()) *
         sizeof(float);
+    // The scratch of batched products: the widest matrix's columns, the
+    // output matrix's rows (the tallest).
     const size_t widest = std::max({size_t{c.d_model}, size_t{c.q_dim()}, size_t{c.d_ff}});
-    CHECK(allocated + ops::MatMulScratchBytes(widest, widest, 32) == plan.Bytes());
+    const size_t tallest = std::max(widest, size_t{c.n_vocab});
+    CHECK(allocated + ops::MatMulScratchBytes(widest, tallest, 32) == plan.Bytes());
     CHECK(ws.logits.size() == 5 * c.n_vocab);
     CHECK(ws.scores.size() == 3 * 128);
     CHECK((ws.ffn_gate.size() == (dense ? 32 * c.d_ff : 0)));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "simd/quantize.h"
+#include "src/ops/panel.h"
 #include "sparrow_config.h"
 #include "base/threads.h"
 
@@ -177,6 +178,34 @@ TEST_CASE("packed Q4_0 and Q4_K matrices give the plain matrices' products, rows
       ops::GetRow(packed.view, r, row.data());
       ops::GetRow(plain.view, r, expect.data());
       CHECK(row == expect);
+    }
+  }
+}
+
+// The budget charges a panel for the widest, tallest matrix (panel.h) and
+// MatMul/RowDots allocate each matrix's own: that is only safe if a panel's
+// buffer never shrinks as the matrix grows, and always holds its rows.
+TEST_CASE("panel buffers hold their rows and grow with the matrix, so one charge bounds all") {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<size_t> dim(1, 40000);
+  for (int i = 0; i < 20000; ++i) {
+    const size_t cols = dim(rng), rows = dim(rng);
+    for (const bool bf16 : {false, true}) {
+      const size_t elem = bf16 ? 2 : 4;
+      const ops::Panel p = bf16 ? ops::Bf16Panel(cols, rows) : ops::F32Panel(cols, rows);
+      CAPTURE(cols);
+      CAPTURE(rows);
+      REQUIRE(p.rows >= 1);
+      REQUIRE(p.rows <= rows);
+      REQUIRE((p.rows == rows || p.rows % 16 == 0));
+      REQUIRE(uint64_t{p.rows} * cols * elem <= p.bytes);
+      const size_t wider = cols + dim(rng) % 5000, taller = rows + dim(rng) % 5000;
+      const ops::Panel q = bf16 ? ops::Bf16Panel(wider, taller) : ops::F32Panel(wider, taller);
+      REQUIRE(q.bytes >= p.bytes);
+      // More rows of the same width: never fewer panel rows (RowDots'
+      // result buffer, n x rows, is charged for the most rows).
+      const ops::Panel r = bf16 ? ops::Bf16Panel(cols, taller) : ops::F32Panel(cols, taller);
+      REQUIRE(r.rows >= p.rows);
     }
   }
 }

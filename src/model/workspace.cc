@@ -26,8 +26,11 @@ WorkspacePlan WorkspacePlan::For(const ModelConfig& c, size_t n_ctx, size_t batc
 uint64_t WorkspacePlan::Bytes() const {
   const uint64_t floats = 3ull * hidden() + 2ull * queries() + 2ull * keys() + 2ull * rope() +
                           scores() + logits() + 2ull * ffn();
+  // Batched products multiply matrices of at most `widest` columns; the
+  // tallest is the output matrix (n_vocab rows) where logits are batched.
   const size_t widest = std::max({d_model, q_dim, d_ff});
-  return floats * sizeof(float) + ops::MatMulScratchBytes(widest, widest, batch);
+  const size_t tallest = std::max({widest, n_vocab});
+  return floats * sizeof(float) + ops::MatMulScratchBytes(widest, tallest, batch);
 }
 
 Workspace::Workspace(const WorkspacePlan& p) : plan(p) {

@@ -218,16 +218,18 @@ bool PromptGemmUsesBf16() {
 uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n) {
   if (cols == 0 || n == 0) return 0;
 #if SPARROW_HAVE_ONEDNN
-  // MatMul's panel for the path in use (f32 or bf16), sized as MatMul sizes
-  // it (f32 weights need none, but the callers cannot always tell the type
-  // in advance), and the bf16 path's activations.
+  // MatMul's panel for the path in use (f32 or bf16; f32 weights need none,
+  // but the callers cannot always tell the type in advance), by panel.h's
+  // rule, under which the widest, tallest matrix's bounds every other's;
+  // the bf16 path's activations; and each thread's unpacked row of a packed
+  // matrix (4-bit: under a byte per element).
   const bool bf16 = PromptGemmUsesBf16();
-  const uint64_t panel =
-      n < kFewestForGemm ? 0
-      : bf16 ? uint64_t{std::min(Bf16PanelRows(cols), max_rows)} * cols * sizeof(uint16_t)
-             : uint64_t{std::min(F32PanelRows(cols), max_rows)} * cols * sizeof(float);
-  const uint64_t activations = n >= kFewestForGemm && bf16 ? uint64_t{n} * cols * sizeof(uint16_t) : 0;
-  return panel + activations + MatVecsInputBytes(cols, n, /*with_gemm=*/true);
+  const bool gemm = n >= kFewestForGemm;
+  const uint64_t panel = !gemm ? 0 : bf16 ? Bf16Panel(cols, max_rows).bytes
+                                          : F32Panel(cols, max_rows).bytes;
+  const uint64_t activations = gemm && bf16 ? uint64_t{n} * cols * sizeof(uint16_t) : 0;
+  const uint64_t unpacked = gemm ? uint64_t(ThreadCount()) * cols : 0;
+  return panel + activations + unpacked + MatVecsInputBytes(cols, n, /*with_gemm=*/true);
 #else
   (void)max_rows;
   return MatVecsInputBytes(cols, n, /*with_gemm=*/false);
@@ -242,11 +244,12 @@ namespace {
 // in the same form), then multiplied by oneDNN, which amortizes the
 // dequantization over all n tokens.
 template <typename E>
-void MultiplyByPanels(OneDnn& dnn, const MatrixView& w, const E* src, size_t n, float* y,
-                      size_t panel_rows) {
+void MultiplyByPanels(OneDnn& dnn, const MatrixView& w, const E* src, size_t n, float* y) {
   constexpr bool kBf16 = std::is_same_v<E, uint16_t>;
+  const Panel shape = kBf16 ? Bf16Panel(w.cols, w.rows) : F32Panel(w.cols, w.rows);
+  const size_t panel_rows = shape.rows;
   thread_local AlignedBuffer<E> panel;  // MatMulScratchBytes
-  if (panel.size() < panel_rows * w.cols) panel.Reset(panel_rows * w.cols);
+  if (panel.size() * sizeof(E) < shape.bytes) panel.Reset(shape.bytes / sizeof(E));
   E* panel_data = panel.data();
   for (size_t r0 = 0; r0 < w.rows; r0 += panel_rows) {
     const size_t rows = std::min(panel_rows, w.rows - r0);
@@ -283,8 +286,7 @@ void MultiplyBf16(OneDnn& dnn, const MatrixView& w, const float* x, size_t n, fl
                  w.rows);
     return;
   }
-  MultiplyByPanels(dnn, w, static_cast<const uint16_t*>(x16_data), n, y,
-                   std::min(Bf16PanelRows(w.cols), w.rows));
+  MultiplyByPanels(dnn, w, static_cast<const uint16_t*>(x16_data), n, y);
 }
 
 }  // namespace
@@ -300,7 +302,7 @@ void MatMul(const MatrixView& w, const float* x, size_t n, float* y) {
       return;
     }
     if (PromptGemmUsesBf16()) return MultiplyBf16(dnn, w, x, n, y);
-    MultiplyByPanels(dnn, w, x, n, y, std::min(F32PanelRows(w.cols), w.rows));
+    MultiplyByPanels(dnn, w, x, n, y);
     return;
   }
 #endif

@@ -76,10 +76,10 @@ PromptGemm GetPromptGemm();
 std::string PromptGemmDescription();
 // Whether those batches are rounded to bf16 now (ops_test.cc's tolerance).
 bool PromptGemmUsesBf16();
-// Bytes MatMul (and MatVec/MatVecs) keep on the calling thread for batches
-// of up to n tokens over matrices of at most `max_rows` rows of `cols`
-// elements: the dequantized panel of oneDNN batches and the prepared inputs
-// of the GEMV kernels.
+// Bytes MatMul (and MatVec/MatVecs) keep for batches of up to n tokens over
+// matrices of at most `max_rows` rows of at most `cols` elements: on the
+// calling thread the dequantized panel of oneDNN batches and the prepared
+// inputs of the GEMV kernels, on each thread an unpacked row.
 uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n);
 
 // A set of stored vectors ("rows") of one type and length: row k is at
@@ -103,8 +103,9 @@ struct RowSet {
 // out[t * rows.count + k] = dot(row k, x[t]) for t < n (x is n x cols).
 void RowDots(const RowSet& rows, const float* x, size_t n, float* out);
 // Bytes of the scratch RowDots keeps on its calling thread for batches of
-// up to n tokens over sets of at most `max_rows` rows of at most `cols`
-// elements (0 where it needs none).
+// up to n tokens over sets of at most `max_rows` rows of `cols` elements
+// (exactly that many: a narrower row gets a taller panel; 0 where it needs
+// none).
 uint64_t RowDotsScratchBytes(size_t cols, size_t max_rows, size_t n);
 // y[t] += sum_k a[t * rows.count + k] * row k for t < n (y is n x cols).
 void RowAxpys(const RowSet& rows, const float* a, size_t n, float* y);

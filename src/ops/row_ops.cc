@@ -130,9 +130,10 @@ void RowDotsByPanels(const RowSet& rows, const float* x, size_t n, float* out) {
     return;
   }
   const size_t cols = rows.cols;
-  const size_t panel_rows = std::min(rows.count, F32PanelRows(cols));
+  const Panel shape = F32Panel(cols, rows.count);
+  const size_t panel_rows = shape.rows;
   thread_local AlignedBuffer<float> panel, result;  // RowDotsScratchBytes
-  if (panel.size() < panel_rows * cols) panel.Reset(panel_rows * cols);
+  if (panel.size() * sizeof(float) < shape.bytes) panel.Reset(shape.bytes / sizeof(float));
   if (result.size() < n * panel_rows) result.Reset(n * panel_rows);
   float* panel_data = panel.data();
   w.type = TensorType::kF32;
@@ -172,8 +173,8 @@ uint64_t RowDotsScratchBytes(size_t cols, size_t max_rows, size_t n) {
   // scratch (Session::MemoryBytes), not again here.
   const uint64_t gather = inputs(std::min(n, kMinBatchForPanels - 1));
   if (n >= kMinBatchForPanels) {
-    const uint64_t panel_rows = std::min(max_rows, F32PanelRows(cols));
-    return gather + (panel_rows * cols + n * panel_rows) * sizeof(float);
+    const Panel panel = F32Panel(cols, max_rows);
+    return gather + panel.bytes + uint64_t{n} * panel.rows * sizeof(float);
   }
   return gather;
 #else

@@ -68,11 +68,26 @@ uint64_t ActivationBytes(const ModelConfig& c, size_t width, size_t max_batch) {
          TokenMasks::MemoryBytes(max_batch, width, static_cast<uint32_t>(width));
 }
 
-// Per-thread partial sums of RowAxpys plus the panels of batched RowDots.
-uint64_t KernelScratchBytes(const ModelConfig& c, uint32_t padded_ff, size_t max_batch) {
-  const size_t widest = std::max<size_t>(c.d_model, padded_ff);
+// The length of the rows RowDots multiplies (the parts of neuron, up-row and
+// gate-row records; 0 for the dip layout, which has none).
+size_t DotRowElems(const bundle::Bundle& b) {
+  size_t elems = 0;
+  for (const bundle::UnitGroup& g : b.groups()) {
+    if (g.kind == bundle::RecordKind::kNeuron || g.kind == bundle::RecordKind::kUpRow ||
+        g.kind == bundle::RecordKind::kGateRow) {
+      elems = std::max<size_t>(elems, g.part_padded_elems);
+    }
+  }
+  return elems;
+}
+
+// Per-thread partial sums of RowAxpys plus the panels of batched RowDots
+// (over chunks of at most `width` rows).
+uint64_t KernelScratchBytes(const bundle::Bundle& b, const ModelConfig& c, size_t width,
+                            size_t max_batch) {
+  const size_t widest = std::max<size_t>(c.d_model, width);
   return Floats(static_cast<size_t>(ThreadCount()) * (max_batch + 1) * widest) +
-         ops::RowDotsScratchBytes(widest, /*max_rows=*/widest, max_batch);
+         ops::RowDotsScratchBytes(DotRowElems(b), /*max_rows=*/width, max_batch);
 }
 
 }  // namespace
@@ -84,7 +99,7 @@ uint64_t StreamedFeedForward::MinimumBytes(const bundle::Bundle& b, const Stream
     bytes += GroupBytes(g, s.eviction, std::min(kMinRowsPerGroup, g.n_units));
   }
   const size_t width = ActivationWidth(b, c);
-  bytes += KernelScratchBytes(c, width, max_batch);
+  bytes += KernelScratchBytes(b, c, width, max_batch);
   bytes += ActivationBytes(c, width, max_batch);
   return bytes;
 }
@@ -112,7 +127,8 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
   prefetch_across_groups_ = policy_.kind() == SparsityKind::kDense;
 
   const size_t act_width = ActivationWidth(bundle, config);
-  budget.Charge(KernelScratchBytes(config, act_width, max_batch), "kernel scratch", minimum_hint);
+  budget.Charge(KernelScratchBytes(bundle, config, act_width, max_batch), "kernel scratch",
+                minimum_hint);
 
   // What is left, less the activation scratch, goes to the caches in
   // proportion to each group's size: the largest fraction whose exact cost
