@@ -36,6 +36,7 @@
 
 #include "base/tensor_type.h"
 #include "simd/int8_dot-inl.h"
+#include "simd/quantize-inl.h"  // Q4_0BlockToBF16
 #include "simd/quant_blocks.h"  // HalfBitsToFloat
 #include "simd/quantize-inl.h"  // PromoteHalf
 
@@ -645,6 +646,39 @@ HWY_INLINE void PackedGemvImpl(TensorType type, const uint8_t* HWY_RESTRICT data
     PackedGemvWith<decltype(dots)>(type, data, cols, x, n, group_begin, group_end, y, y_stride);
   });
 #endif
+}
+
+// Row r of a packed Q4_0 group straight to bf16 (UnpackRowToBF16), where
+// the CPU rounds to bf16 in one instruction; false where this target has no
+// such path (the caller then unpacks the row and converts it). Each block's
+// nibbles are four 4-byte pieces, one from each 32-byte chunk.
+HWY_INLINE bool UnpackRowToBF16Impl(TensorType type, const uint8_t* HWY_RESTRICT group,
+                                    size_t cols, size_t r, uint16_t* HWY_RESTRICT dst) {
+#ifdef SPARROW_BF16_CONVERT_ASM
+  if (type == TensorType::kQ4_0 && CpuHasX86Bf16()) {
+    const auto word = [](const uint8_t* p) {
+      int32_t w;
+      std::memcpy(&w, p, 4);
+      return w;
+    };
+    for (size_t b = 0; b < cols / 32; ++b) {
+      const uint8_t* block = group + b * kPackedBlockBytes;
+      hwy::Prefetch(block + 8 * kPackedBlockBytes);
+      uint16_t d_bits;
+      std::memcpy(&d_bits, block + 2 * r, 2);
+      const uint8_t* q = block + 16 + 4 * r;
+      Q4_0BlockToBF16(d_bits, _mm_setr_epi32(word(q), word(q + 32), word(q + 64), word(q + 96)),
+                      dst + 32 * b);
+    }
+    return true;
+  }
+#endif
+  (void)type;
+  (void)group;
+  (void)cols;
+  (void)r;
+  (void)dst;
+  return false;
 }
 
 }  // namespace HWY_NAMESPACE

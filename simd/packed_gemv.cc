@@ -27,6 +27,11 @@ void QuantizeInt8T(const float* x, size_t n, int8_t* q, float* scales, float* su
   QuantizeInt8Impl(x, n, q, scales, sums);
 }
 
+bool UnpackRowToBF16T(TensorType type, const uint8_t* group, size_t cols, size_t r,
+                      uint16_t* dst) {
+  return UnpackRowToBF16Impl(type, group, cols, r, dst);
+}
+
 void PackedGemvT(TensorType type, const uint8_t* data, size_t cols, const PackedGemvInput* x,
                  size_t n, size_t group_begin, size_t group_end, float* y, size_t y_stride) {
   PackedGemvImpl(type, data, cols, x, n, group_begin, group_end, y, y_stride);
@@ -46,6 +51,7 @@ HWY_AFTER_NAMESPACE();
 #include "simd/gemv.h"
 #include "simd/packed_gemv.h"
 #include "simd/quant_blocks.h"
+#include "simd/quantize.h"
 
 namespace sparrow::simd {
 
@@ -53,6 +59,7 @@ HWY_EXPORT(PackedPreferredT);
 HWY_EXPORT(PackedDotFormT);
 HWY_EXPORT(QuantizeInt8T);
 HWY_EXPORT(PackedGemvT);
+HWY_EXPORT(UnpackRowToBF16T);
 
 namespace {
 
@@ -174,6 +181,14 @@ void UnpackRow(TensorType type, const uint8_t* group, size_t cols, size_t r, uin
       UnpackQ4_0Block(packed, r, row + b * shape.bytes);
     }
   }
+}
+
+void UnpackRowToBF16(TensorType type, const uint8_t* group, size_t cols, size_t r,
+                     uint8_t* scratch, uint16_t* dst) {
+  RequireSupported(type);
+  if (HWY_DYNAMIC_DISPATCH(UnpackRowToBF16T)(type, group, cols, r, dst)) return;
+  UnpackRow(type, group, cols, r, scratch);
+  DequantizeRowToBF16(type, scratch, cols, dst);
 }
 
 void PackMatrix(TensorType type, uint8_t* data, size_t rows, size_t cols) {

@@ -52,6 +52,18 @@ void PackGroup(TensorType type, const uint8_t* rows, size_t row_bytes, size_t co
                uint8_t* out);
 // Writes row r (< 8) of a packed group back in the type's plain blocks.
 void UnpackRow(TensorType type, const uint8_t* group, size_t cols, size_t r, uint8_t* row);
+// Row r as bfloat16 bits, bit for bit DequantizeRowToBF16 of UnpackRow's
+// row (oneDNN's bf16 panels of packed matrices): Q4_0 straight from the
+// group where the CPU has AVX512_BF16, other cases through `scratch` (a
+// plain row's bytes). Measured on Sapphire Rapids (2 vCPU VM), `sparrow
+// bench -p 64 -n 0 -r 3`, synthetic Q4_0, alternating, tok/s: unpacked then
+// converted / each value converted from the group / the block's 16 values
+// converted once and looked up (quantize-inl.h: Q4_0BlockToBF16):
+// 1.1B-shaped, 1 thread 138-140 / 142 / 151-156, 2 threads 235-236 /
+// 249-251 / 260-261; 125M-shaped, 1 thread 1201-1268 / 1299-1312 /
+// 1330-1369.
+void UnpackRowToBF16(TensorType type, const uint8_t* group, size_t cols, size_t r,
+                     uint8_t* scratch, uint16_t* dst);
 // Packs the whole groups of a matrix whose rows are back to back (no
 // padding), in place; rows past the last whole group stay as they are.
 void PackMatrix(TensorType type, uint8_t* data, size_t rows, size_t cols);

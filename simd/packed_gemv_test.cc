@@ -52,6 +52,43 @@ std::vector<float> RandomVector(size_t n, uint32_t seed) {
   return x;
 }
 
+// oneDNN's bf16 panels read packed rows through UnpackRowToBF16: bit for
+// bit DequantizeRowToBF16 of the unpacked row, on every target, with the
+// CPU's bf16 instruction (x86 AVX512_BF16: Q4_0 straight from the group)
+// and with it hidden. Random bytes: scales of every magnitude, NaN and
+// infinity included.
+TEST_CASE("UnpackRowToBF16 is DequantizeRowToBF16 of UnpackRow, on every target") {
+  for (TensorType type : kTypes) {
+    for (size_t blocks : {1, 3, 16, 70}) {
+      const size_t cols = blocks * BlockElems(type);
+      const size_t row_bytes = blocks * BlockBytes(type);
+      std::vector<uint8_t> packed = RandomRows(type, kPackedRows, cols, 11);
+      PackMatrix(type, packed.data(), kPackedRows, cols);
+      for (bool hidden : {false, true}) {
+        HideCpuExtensionsForTest(hidden);
+        ForEachTarget([&](const Target& t) {
+          CAPTURE(t.name);
+          CAPTURE(TensorTypeName(type));
+          CAPTURE(cols);
+          CAPTURE(hidden);
+          std::vector<uint8_t> row(row_bytes), scratch(row_bytes);
+          std::vector<uint16_t> want(cols), got(cols + 1);
+          for (size_t r = 0; r < kPackedRows; ++r) {
+            CAPTURE(r);
+            UnpackRow(type, packed.data(), cols, r, row.data());
+            DequantizeRowToBF16(type, row.data(), cols, want.data());
+            got[cols] = 0xABCD;  // guard: nothing written past the row
+            UnpackRowToBF16(type, packed.data(), cols, r, scratch.data(), got.data());
+            REQUIRE(std::memcmp(got.data(), want.data(), cols * sizeof(uint16_t)) == 0);
+            REQUIRE(got[cols] == 0xABCD);
+          }
+        });
+      }
+      HideCpuExtensionsForTest(false);
+    }
+  }
+}
+
 TEST_CASE("PackGroup and UnpackRow are inverses; PackMatrix packs whole groups") {
   for (TensorType type : kTypes) {
     for (size_t blocks : {1, 2, 3, 16}) {

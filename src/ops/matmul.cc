@@ -257,10 +257,16 @@ void MultiplyByPanels(OneDnn& dnn, const MatrixView& w, const E* src, size_t n, 
       thread_local std::vector<uint8_t> scratch;  // a packed row, unpacked
       if (w.packed && scratch.size() < w.row_bytes) scratch.resize(w.row_bytes);
       for (size_t r = begin; r < end; ++r) {
-        const uint8_t* blocks = RowBlocks(w, r0 + r, scratch.data());
         if constexpr (kBf16) {
-          simd::DequantizeRowToBF16(w.type, blocks, w.cols, panel_data + r * w.cols);
+          const size_t row = r0 + r;
+          if (const uint8_t* group = PackedGroupOf(w, row)) {  // no plain copy on the way
+            simd::UnpackRowToBF16(w.type, group, w.cols, row % simd::kPackedRows, scratch.data(),
+                                  panel_data + r * w.cols);
+          } else {
+            simd::DequantizeRowToBF16(w.type, w.row(row), w.cols, panel_data + r * w.cols);
+          }
         } else {
+          const uint8_t* blocks = RowBlocks(w, r0 + r, scratch.data());
           simd::DequantizeRow(w.type, blocks, w.cols, panel_data + r * w.cols);
         }
       }

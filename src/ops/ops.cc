@@ -33,12 +33,16 @@ size_t RowGrain(const MatrixView& w) {
 void SetKernelMode(KernelMode mode) { g_mode.store(mode); }
 KernelMode GetKernelMode() { return g_mode.load(); }
 
-const uint8_t* RowBlocks(const MatrixView& w, size_t r, uint8_t* scratch) {
+const uint8_t* PackedGroupOf(const MatrixView& w, size_t r) {
   const size_t groups = w.packed ? w.rows / simd::kPackedRows : 0;
-  if (r >= groups * simd::kPackedRows) return w.row(r);
-  const size_t group_bytes = simd::kPackedRows * w.row_bytes;
-  simd::UnpackRow(w.type, w.data + r / simd::kPackedRows * group_bytes, w.cols,
-                      r % simd::kPackedRows, scratch);
+  if (r >= groups * simd::kPackedRows) return nullptr;
+  return w.data + r / simd::kPackedRows * (simd::kPackedRows * w.row_bytes);
+}
+
+const uint8_t* RowBlocks(const MatrixView& w, size_t r, uint8_t* scratch) {
+  const uint8_t* group = PackedGroupOf(w, r);
+  if (group == nullptr) return w.row(r);
+  simd::UnpackRow(w.type, group, w.cols, r % simd::kPackedRows, scratch);
   return scratch;
 }
 

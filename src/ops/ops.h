@@ -39,6 +39,9 @@ struct MatrixView {
 // Row r's blocks in the type's plain layout: a pointer into w, or for a
 // row of a packed group, the row unpacked into `scratch` (row_bytes).
 const uint8_t* RowBlocks(const MatrixView& w, size_t r, uint8_t* scratch);
+// The packed group of 8 rows that holds row r (its row r % 8), or null
+// where row r is stored plain.
+const uint8_t* PackedGroupOf(const MatrixView& w, size_t r);
 
 // Whether PackForDecode would pack w: Q4_0 or Q4_K with whole rows back to
 // back, at least one group of 8, and a CPU whose packed kernels beat the
