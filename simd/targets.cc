@@ -202,21 +202,36 @@ bool CpuHasArmI8mm() {
 #endif
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+namespace {
+// CPUID leaf 7: subleaf 0's registers, and subleaf 1's EAX (zero where the
+// CPU reports no subleaf 1: subleaf 0's EAX is the highest subleaf), read
+// once for every feature below.
+struct Leaf7 {
+  unsigned a0 = 0, b0 = 0, c0 = 0, d0 = 0, a1 = 0;
+};
+const Leaf7& CpuidLeaf7() {
+  static const Leaf7 leaf = [] {
+    Leaf7 l;
+    unsigned unused = 0;
+    if (__get_cpuid_count(7, 0, &l.a0, &l.b0, &l.c0, &l.d0) == 0) return Leaf7{};
+    if (l.a0 >= 1) __get_cpuid_count(7, 1, &l.a1, &unused, &unused, &unused);
+    return l;
+  }();
+  return leaf;
+}
+}  // namespace
+#endif
+
 bool CpuHasX86Vnni(bool evex) {
 #if defined(__x86_64__) || defined(__i386__)
-  // CPUID leaf 7: subleaf 0 ECX bit 11 is AVX512_VNNI, EBX bit 31 AVX512VL;
-  // subleaf 1 EAX bit 4 is AVX-VNNI. The callers run on targets whose own
-  // check already found the OS saving the vector state they use.
-  static const bool has_evex = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (c & (1u << 11)) != 0 &&
-           (b & (1u << 31)) != 0;
-  }();
-  static const bool has_vex = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a & (1u << 4)) != 0;
-  }();
-  return (evex ? has_evex : has_vex) && !extensions_hidden;
+  // Subleaf 0 ECX bit 11 is AVX512_VNNI, EBX bit 31 AVX512VL; subleaf 1 EAX
+  // bit 4 is AVX-VNNI. The callers run on targets whose own check already
+  // found the OS saving the vector state they use.
+  const Leaf7& l = CpuidLeaf7();
+  const bool has = evex ? (l.c0 & (1u << 11)) != 0 && (l.b0 & (1u << 31)) != 0
+                        : (l.a1 & (1u << 4)) != 0;
+  return has && !extensions_hidden;
 #else
   (void)evex;
   return false;
@@ -225,13 +240,9 @@ bool CpuHasX86Vnni(bool evex) {
 
 bool CpuHasX86Bf16() {
 #if defined(__x86_64__) || defined(__i386__)
-  // CPUID leaf 7 subleaf 1, EAX bit 5: AVX512_BF16 (Cooper Lake, Sapphire
-  // Rapids and later, Zen 4 and later).
-  static const bool has = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a & (1u << 5)) != 0;
-  }();
-  return has && !extensions_hidden;
+  // Subleaf 1 EAX bit 5: AVX512_BF16 (Cooper Lake, Sapphire Rapids and
+  // later, Zen 4 and later).
+  return (CpuidLeaf7().a1 & (1u << 5)) != 0 && !extensions_hidden;
 #else
   return false;
 #endif
