@@ -349,6 +349,44 @@ HWY_INLINE void Q4_0BlockToBF16(uint16_t d_bits, __m128i qs, uint16_t* HWY_RESTR
 }
 #endif
 
+#ifdef SPARROW_BF16_CONVERT_ASM
+// One Q4_K super-block (quant_blocks.h) straight to 256 bf16 values. Each
+// sub-block of 32 has 16 possible values, (d * sc) * q - dmin * m, computed
+// with DequantizeQ4_KRow's operations (so the same floats), rounded once,
+// and looked up by nibble; a 64-element group's two sub-blocks share one
+// 32-entry table (high nibbles index its upper half).
+HWY_INLINE void Q4_KBlockToBF16(const uint8_t* HWY_RESTRICT block, uint16_t* HWY_RESTRICT dst) {
+  uint16_t d_bits, dmin_bits;
+  std::memcpy(&d_bits, block, 2);
+  std::memcpy(&dmin_bits, block + 2, 2);
+  const float d = HalfBitsToFloat(d_bits);
+  const float dmin = HalfBitsToFloat(dmin_bits);
+  uint8_t sc[8], m[8];
+  UnpackQ4KScales(block + offsetof(BlockQ4_K, scales), sc, m);
+  const uint8_t* qs = block + offsetof(BlockQ4_K, qs);
+  const __m512 ks = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i low4 = _mm512_set1_epi16(0x0F);
+  const __m512i upper = _mm512_set1_epi16(16);
+  for (size_t g = 0; g < 4; ++g) {
+    const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d * sc[2 * g]), ks),
+                                    _mm512_set1_ps(dmin * m[2 * g]));
+    const __m512 hi = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d * sc[2 * g + 1]), ks),
+                                    _mm512_set1_ps(dmin * m[2 * g + 1]));
+    __m256i table_lo, table_hi;
+    asm("vcvtneps2bf16 %1, %0" : "=v"(table_lo) : "v"(lo));
+    asm("vcvtneps2bf16 %1, %0" : "=v"(table_hi) : "v"(hi));
+    const __m512i table = _mm512_inserti64x4(_mm512_castsi256_si512(table_lo), table_hi, 1);
+    const __m512i bytes =
+        _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g)));
+    _mm512_storeu_si512(dst + 64 * g,
+                        _mm512_permutexvar_epi16(_mm512_and_si512(bytes, low4), table));
+    _mm512_storeu_si512(dst + 64 * g + 32,
+                        _mm512_permutexvar_epi16(
+                            _mm512_add_epi16(_mm512_srli_epi16(bytes, 4), upper), table));
+  }
+}
+#endif
+
 // A row of any DequantizeRowImpl type to bfloat16 bits: dequantized a chunk
 // at a time into a stack buffer, then ConvertRowToBF16 (so bit for bit
 // F32ToBF16 of DequantizeRow's values). `block_elems`/`block_bytes`: the
@@ -379,6 +417,15 @@ HWY_INLINE void DequantizeRowToBF16Impl(TensorType type, size_t block_elems,
         asm("vcvtneps2bf16 %1, %0" : "=v"(out) : "v"(v));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + b * kQ8_0Elems + 16 * h), out);
       }
+    }
+    return;
+  }
+  if (type == TensorType::kQ4_K && CpuHasX86Bf16()) {
+    // Measured with packed matrices (packed_gemv.h: UnpackRowToBF16).
+    for (size_t b = 0; b < n / kQKElems; ++b) {
+      const uint8_t* block = in + b * sizeof(BlockQ4_K);
+      hwy::Prefetch(block + 1024);
+      Q4_KBlockToBF16(block, dst + b * kQKElems);
     }
     return;
   }
