@@ -119,19 +119,33 @@ int ThreadCount() {
   return g_threads;
 }
 
+namespace {
+// Set while a thread runs a ParallelFor body: a ParallelFor called from
+// there runs its whole range on that thread. (A nested OpenMP region gets
+// a team of one, which would run only the first part's range; the pool
+// would wait on itself.)
+thread_local bool t_in_body = false;
+
+struct InBody {
+  InBody() { t_in_body = true; }
+  ~InBody() { t_in_body = false; }
+};
+}  // namespace
+
 void ParallelFor(size_t n, size_t grain,
                  const std::function<void(size_t, size_t, int)>& body) {
   if (n == 0) return;
   grain = std::max<size_t>(grain, 1);
   const size_t units = (n + grain - 1) / grain;
   const int parts = static_cast<int>(std::min<size_t>(ThreadCount(), units));
-  if (parts <= 1) {
+  if (parts <= 1 || t_in_body) {
     body(0, n, 0);
     return;
   }
 #if SPARROW_HAVE_OPENMP
 #pragma omp parallel num_threads(parts)
   {
+    const InBody in_body;
     const int t = omp_get_thread_num();
     size_t begin, end;
     ChunkRange(n, grain, parts, t, &begin, &end);
@@ -144,6 +158,7 @@ void ParallelFor(size_t n, size_t grain,
   }
   const std::function<void(int)> job = [&](int t) {
     if (t >= parts) return;
+    const InBody in_body;
     size_t begin, end;
     ChunkRange(n, grain, parts, t, &begin, &end);
     if (begin < end) body(begin, end, t);

@@ -41,3 +41,25 @@ TEST_CASE("ThreadCount follows SetThreadCount") {
   SetThreadCount(0);
   CHECK(sparrow::ThreadCount() >= 1);
 }
+
+// A ParallelFor inside another's body (a kernel called from a parallel
+// loop) runs its whole range on the calling thread: with OpenMP the inner
+// region gets one thread, which must still see every index, not only the
+// first part's.
+TEST_CASE("a nested ParallelFor covers its whole range on the calling thread") {
+  for (int threads : {2, 3}) {
+    SetThreadCount(threads);
+    const size_t outer = 6, inner = 1000;
+    std::vector<std::atomic<int>> hits(outer * inner);
+    ParallelFor(outer, 1, [&](size_t begin, size_t end, int) {
+      for (size_t o = begin; o < end; ++o) {
+        ParallelFor(inner, 4, [&](size_t b, size_t e, int t) {
+          CHECK(t == 0);
+          for (size_t i = b; i < e; ++i) hits[o * inner + i]++;
+        });
+      }
+    });
+    for (size_t i = 0; i < outer * inner; ++i) REQUIRE(hits[i].load() == 1);
+  }
+  SetThreadCount(0);
+}
