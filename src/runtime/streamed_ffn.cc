@@ -362,7 +362,9 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
     }
   }
   ts.units_hit += rows_.size();
-  std::sort(rows_.begin(), rows_.end());
+  // Already in order when the cache holds the units in unit order (a cache
+  // that holds them all): checking costs less than sorting.
+  if (!std::is_sorted(rows_.begin(), rows_.end())) std::sort(rows_.begin(), rows_.end());
   // Disk order, so consecutive chunks are contiguous on disk.
   std::sort(misses_.begin(), misses_.end(), [&](uint32_t a, uint32_t b) {
     return info.slot_of_unit[a] < info.slot_of_unit[b];
