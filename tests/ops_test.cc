@@ -209,3 +209,56 @@ TEST_CASE("panel buffers hold their rows and grow with the matrix, so one charge
     }
   }
 }
+
+// RowDots and RowAxpys over gathered rows (an index, as a unit cache
+// hands them): below 32 tokens the gather kernels, from 32 oneDNN on panels
+// of the rows (bf16 where this CPU has it natively, else f32); both against
+// the reference path, the weighted sums added to what y held.
+TEST_CASE("RowDots and RowAxpys on gathered rows match the reference, small and large batches") {
+  const TensorType types[] = {TensorType::kF32, TensorType::kF16, TensorType::kQ8_0,
+                              TensorType::kQ4_0};
+  for (ops::PromptGemm gemm : {ops::PromptGemm::kAuto, ops::PromptGemm::kF32})
+  for (int threads : {1, 2}) {
+    ops::SetPromptGemm(gemm);
+    CAPTURE(ops::PromptGemmUsesBf16());
+    SetThreadCount(threads);
+    for (TensorType type : types) {
+      CAPTURE(TensorTypeName(type));
+      const size_t pool = 200, cols = 256;
+      const QuantizedMatrix w = MakeMatrix(type, pool, cols, 7);
+      std::vector<uint32_t> index;  // every third row, backwards
+      for (size_t r = pool; r >= 3; r -= 3) index.push_back(static_cast<uint32_t>(r - 3));
+      ops::RowSet set;
+      set.type = type;
+      set.base = w.bytes.data();
+      set.stride = w.view.row_bytes;
+      set.cols = cols;
+      set.index = index.data();
+      set.count = index.size();
+      for (size_t n : {size_t{5}, size_t{40}}) {
+        CAPTURE(n);
+        const std::vector<float> x = RandomVector(n * cols, 3);
+        const std::vector<float> a = RandomVector(n * set.count, 4);
+        const std::vector<float> y0 = RandomVector(n * cols, 5);
+        std::vector<float> dots(n * set.count), dots_ref(n * set.count);
+        std::vector<float> sums = y0, sums_ref = y0;
+        ops::SetKernelMode(ops::KernelMode::kFast);
+        ops::RowDots(set, x.data(), n, dots.data());
+        ops::RowAxpys(set, a.data(), n, sums.data());
+        ops::SetKernelMode(ops::KernelMode::kReference);
+        ops::RowDots(set, x.data(), n, dots_ref.data());
+        ops::RowAxpys(set, a.data(), n, sums_ref.data());
+        ops::SetKernelMode(ops::KernelMode::kFast);
+        // As MatMul's bounds above: 16-bit activations of the gather
+        // kernels or f32 oneDNN ~1e-4; bf16 oneDNN a few 1e-3.
+        const bool rounded = n >= 32 && SPARROW_HAVE_ONEDNN && ops::PromptGemmUsesBf16() &&
+                             type != TensorType::kF32;
+        const double bound = rounded ? 5e-3 : 1e-3;
+        CHECK(MaxRelError(dots, dots_ref) < bound);
+        CHECK(MaxRelError(sums, sums_ref) < bound);
+      }
+    }
+  }
+  ops::SetPromptGemm(ops::PromptGemm::kAuto);
+  SetThreadCount(0);
+}

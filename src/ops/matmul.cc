@@ -23,6 +23,7 @@
 // f32 results. Builds without oneDNN (e.g. Termux) run MatVecs for every
 // batch.
 #include <algorithm>
+#include <stdexcept>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -103,22 +104,60 @@ class OneDnn {
   // (uint16_t bits), dst f32.
   void Multiply(bool bf16, const void* src, size_t m, size_t k, const void* weights,
                 size_t ldw, size_t n_out, float* dst, size_t ldd) {
+    Gemm g;
+    g.bf16 = bf16;
+    g.src = src;
+    g.m = m;
+    g.k = k;
+    g.lds = k;
+    g.weights = weights;
+    g.wei_k_stride = 1;
+    g.wei_n_stride = ldw;
+    g.n_out = n_out;
+    g.dst = dst;
+    g.ldd = ldd;
+    Run(g);
+  }
+
+  // The general form: src m x k (row stride lds), weights element (i, j)
+  // of the k x n_out product operand at i * wei_k_stride + j *
+  // wei_n_stride, dst m x n_out (row stride ldd), which `accumulate` adds
+  // to (oneDNN's sum post-op) instead of overwriting.
+  struct Gemm {
+    bool bf16 = false;
+    const void* src = nullptr;
+    size_t m = 0, k = 0, lds = 0;
+    const void* weights = nullptr;
+    size_t wei_k_stride = 0, wei_n_stride = 0, n_out = 0;
+    float* dst = nullptr;
+    size_t ldd = 0;
+    bool accumulate = false;
+  };
+  void Run(const Gemm& g) {
     using dnnl::memory;
     using dt = memory::data_type;
-    const dt in_type = bf16 ? dt::bf16 : dt::f32;
-    const memory::dims src_dims = {dim(m), dim(k)};
-    const memory::dims wei_dims = {dim(k), dim(n_out)};
-    const memory::dims dst_dims = {dim(m), dim(n_out)};
-    const memory::desc src_md(src_dims, in_type, memory::dims{dim(k), 1});
-    const memory::desc wei_md(wei_dims, in_type, memory::dims{1, dim(ldw)});
-    const memory::desc dst_md(dst_dims, dt::f32, memory::dims{dim(ldd), 1});
+    const dt in_type = g.bf16 ? dt::bf16 : dt::f32;
+    const memory::dims src_dims = {dim(g.m), dim(g.k)};
+    const memory::dims wei_dims = {dim(g.k), dim(g.n_out)};
+    const memory::dims dst_dims = {dim(g.m), dim(g.n_out)};
+    const memory::desc src_md(src_dims, in_type, memory::dims{dim(g.lds), 1});
+    const memory::desc wei_md(wei_dims, in_type,
+                              memory::dims{dim(g.wei_k_stride), dim(g.wei_n_stride)});
+    const memory::desc dst_md(dst_dims, dt::f32, memory::dims{dim(g.ldd), 1});
 
     std::lock_guard<std::mutex> lock(mu_);
-    const Key key{m, k, n_out, ldw, ldd, bf16};
+    const Key key{g.m, g.k, g.n_out, g.lds, g.wei_k_stride, g.wei_n_stride, g.ldd, g.bf16,
+                  g.accumulate};
     auto it = cache_.find(key);
     if (it == cache_.end()) {
+      dnnl::primitive_attr attr;
+      if (g.accumulate) {
+        dnnl::post_ops ops;
+        ops.append_sum(1.0f);
+        attr.set_post_ops(ops);
+      }
       dnnl::matmul::primitive_desc pd(
-          dnnl::matmul::desc(src_md, wei_md, dst_md), engine_);
+          dnnl::matmul::desc(src_md, wei_md, dst_md), attr, engine_);
       it = cache_.emplace(key, dnnl::matmul(pd)).first;
       if (cache_.size() > 256) {  // shapes vary with prompt length
         const dnnl::matmul keep = it->second;
@@ -126,9 +165,9 @@ class OneDnn {
         it = cache_.emplace(key, keep).first;
       }
     }
-    memory src_mem(src_md, engine_, const_cast<void*>(src));
-    memory wei_mem(wei_md, engine_, const_cast<void*>(weights));
-    memory dst_mem(dst_md, engine_, dst);
+    memory src_mem(src_md, engine_, const_cast<void*>(g.src));
+    memory wei_mem(wei_md, engine_, const_cast<void*>(g.weights));
+    memory dst_mem(dst_md, engine_, g.dst);
     it->second.execute(stream_, {{DNNL_ARG_SRC, src_mem},
                                  {DNNL_ARG_WEIGHTS, wei_mem},
                                  {DNNL_ARG_DST, dst_mem}});
@@ -163,17 +202,20 @@ class OneDnn {
   }
 
   struct Key {
-    size_t m, k, n, ldw, ldd;
-    bool bf16;
+    size_t m, k, n, lds, wei_k, wei_n, ldd;
+    bool bf16, accumulate;
     bool operator==(const Key& o) const {
-      return m == o.m && k == o.k && n == o.n && ldw == o.ldw && ldd == o.ldd &&
-             bf16 == o.bf16;
+      return m == o.m && k == o.k && n == o.n && lds == o.lds && wei_k == o.wei_k &&
+             wei_n == o.wei_n && ldd == o.ldd && bf16 == o.bf16 && accumulate == o.accumulate;
     }
   };
   struct KeyHash {
     size_t operator()(const Key& key) const {
       size_t h = key.m;
-      for (size_t v : {key.k, key.n, key.ldw, key.ldd, size_t{key.bf16}}) h = h * 1000003u ^ v;
+      for (size_t v : {key.k, key.n, key.lds, key.wei_k, key.wei_n, key.ldd, size_t{key.bf16},
+                       size_t{key.accumulate}}) {
+        h = h * 1000003u ^ v;
+      }
       return h;
     }
   };
@@ -296,6 +338,41 @@ void MultiplyBf16(OneDnn& dnn, const MatrixView& w, const float* x, size_t n, fl
 }
 
 }  // namespace
+#endif
+
+#if SPARROW_HAVE_ONEDNN
+void MatMulRowsAdd(const MatrixView& w, const float* a, size_t lda, size_t n, float* y) {
+  if (w.type != TensorType::kF32 && w.type != TensorType::kBF16) {
+    throw std::invalid_argument("MatMulRowsAdd: the rows must be F32 or BF16");
+  }
+  if (w.rows == 0 || n == 0) return;
+  OneDnn& dnn = OneDnn::Get();
+  OneDnn::Gemm g;
+  g.bf16 = w.type == TensorType::kBF16;
+  g.m = n;
+  g.k = w.rows;
+  g.weights = w.data;
+  g.wei_k_stride = w.row_bytes / (g.bf16 ? sizeof(uint16_t) : sizeof(float));
+  g.wei_n_stride = 1;
+  g.n_out = w.cols;
+  g.dst = y;
+  g.ldd = w.cols;
+  g.accumulate = true;
+  if (g.bf16) {
+    // The coefficients rounded to bf16 like MatMul's activations.
+    thread_local AlignedBuffer<uint16_t> a16;  // RowAxpysScratchBytes
+    if (a16.size() < n * w.rows) a16.Reset(n * w.rows);
+    for (size_t t = 0; t < n; ++t) {
+      simd::DequantizeRowToBF16(TensorType::kF32, a + t * lda, w.rows, a16.data() + t * w.rows);
+    }
+    g.src = a16.data();
+    g.lds = w.rows;
+  } else {
+    g.src = a;
+    g.lds = lda;
+  }
+  dnn.Run(g);
+}
 #endif
 
 void MatMul(const MatrixView& w, const float* x, size_t n, float* y) {

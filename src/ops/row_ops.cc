@@ -2,9 +2,15 @@
 // row (gate/up parts of neuron records) and weighted sums of rows (down
 // parts, dip columns), through the gather kernels (simd/gather.h), which
 // take the rows as a pointer list and read each row once for the whole
-// batch of tokens. Dot products for large batches (kMinBatchForPanels
-// tokens or more) go through oneDNN instead, on f32 panels of the rows, as
-// MatMul does for whole matrices.
+// batch of tokens. Large batches (kMinBatchForPanels tokens or more) go
+// through oneDNN instead, on panels of the rows (bf16 where MatMul's
+// batches are, else f32), as MatMul does for whole matrices: the dot
+// products as y = x * rows^T, the weighted sums as y += a * rows, which
+// oneDNN adds into y. Measured on Sapphire Rapids (2 vCPU VM), `sparrow
+// bench -p 64 -n 0`, alternating: a 125M-shaped synthetic Q4_0 bundle, one
+// thread, 528-558 tok/s with the weighted sums on the gather kernels,
+// 1213-1234 through oneDNN; 1.1B-shaped Q8_0, two threads, 117-129 and
+// 193-201.
 //
 // Threads split the row list into fixed contiguous ranges (ParallelFor's
 // split depends only on the sizes and the thread count). For the weighted
@@ -14,11 +20,11 @@
 //
 // Numerics: below kMinBatchForPanels tokens RowDots gives each token the
 // same bits as MatVec (simd::Gemv) would for that row, whatever the batch,
-// the row order or whether the rows are contiguous; larger batches get
-// oneDNN's f32 products, as MatMul's (no activation rounding; agree with
-// the former to the GEMV bound). RowAxpys adds the terms of a thread's rows
-// to y in row order with one multiply-add each (see simd/gather.h), the
-// same for every batch size.
+// the row order or whether the rows are contiguous, and RowAxpys adds the
+// terms of a thread's rows to y in row order with one multiply-add each
+// (see simd/gather.h). Larger batches get oneDNN's products, as MatMul's:
+// f32 ones agree with the former to the GEMV bound, bf16 ones to
+// MatMul's bf16 tolerance (tests/ops_test.cc).
 #include <algorithm>
 #include <vector>
 
@@ -129,21 +135,31 @@ void RowDotsByPanels(const RowSet& rows, const float* x, size_t n, float* out) {
     MatMul(w, x, n, out);
     return;
   }
+  // Where MatMul's batches run in bf16 (PromptGemmUsesBf16), the rows go
+  // to the panel in bf16, which MatMul multiplies as it is; F32 rows stay
+  // f32, as F32 matrices do in MatMul. The panel holds the f32 panel's rows
+  // either way (in bf16 they fill half its bytes).
   const size_t cols = rows.cols;
+  const bool bf16 = PromptGemmUsesBf16() && rows.type != TensorType::kF32;
   const Panel shape = F32Panel(cols, rows.count);
   const size_t panel_rows = shape.rows;
   thread_local AlignedBuffer<float> panel, result;  // RowDotsScratchBytes
   if (panel.size() * sizeof(float) < shape.bytes) panel.Reset(shape.bytes / sizeof(float));
   if (result.size() < n * panel_rows) result.Reset(n * panel_rows);
   float* panel_data = panel.data();
-  w.type = TensorType::kF32;
+  uint16_t* panel_bf16 = reinterpret_cast<uint16_t*>(panel_data);
+  w.type = bf16 ? TensorType::kBF16 : TensorType::kF32;
   w.data = reinterpret_cast<const uint8_t*>(panel_data);
-  w.row_bytes = cols * sizeof(float);
+  w.row_bytes = cols * (bf16 ? sizeof(uint16_t) : sizeof(float));
   for (size_t r0 = 0; r0 < rows.count; r0 += panel_rows) {
     const size_t count = std::min(panel_rows, rows.count - r0);
     ParallelFor(count, 4, [&](size_t begin, size_t end, int) {
       for (size_t r = begin; r < end; ++r) {
-        simd::DequantizeRow(rows.type, rows.row(r0 + r), cols, panel_data + r * cols);
+        if (bf16) {
+          simd::DequantizeRowToBF16(rows.type, rows.row(r0 + r), cols, panel_bf16 + r * cols);
+        } else {
+          simd::DequantizeRow(rows.type, rows.row(r0 + r), cols, panel_data + r * cols);
+        }
       }
     });
     w.rows = count;
@@ -152,6 +168,39 @@ void RowDotsByPanels(const RowSet& rows, const float* x, size_t n, float* out) {
       std::copy(result.data() + t * count, result.data() + (t + 1) * count,
                 out + t * rows.count + r0);
     }
+  }
+}
+
+// Large batches of weighted sums: y += a * (the rows), the rows dequantized
+// into panels (bf16 where MatMul's batches run in bf16, F32 rows in f32)
+// that oneDNN multiplies and adds into y.
+void RowAxpysByPanels(const RowSet& rows, const float* a, size_t n, float* y) {
+  const size_t cols = rows.cols;
+  const bool bf16 = PromptGemmUsesBf16() && rows.type != TensorType::kF32;
+  const Panel shape = F32Panel(cols, rows.count);
+  const size_t panel_rows = shape.rows;
+  thread_local AlignedBuffer<float> panel;  // RowAxpysScratchBytes
+  if (panel.size() * sizeof(float) < shape.bytes) panel.Reset(shape.bytes / sizeof(float));
+  float* panel_data = panel.data();
+  uint16_t* panel_bf16 = reinterpret_cast<uint16_t*>(panel_data);
+  MatrixView w;
+  w.type = bf16 ? TensorType::kBF16 : TensorType::kF32;
+  w.data = reinterpret_cast<const uint8_t*>(panel_data);
+  w.cols = cols;
+  w.row_bytes = cols * (bf16 ? sizeof(uint16_t) : sizeof(float));
+  for (size_t r0 = 0; r0 < rows.count; r0 += panel_rows) {
+    const size_t count = std::min(panel_rows, rows.count - r0);
+    ParallelFor(count, 4, [&](size_t begin, size_t end, int) {
+      for (size_t r = begin; r < end; ++r) {
+        if (bf16) {
+          simd::DequantizeRowToBF16(rows.type, rows.row(r0 + r), cols, panel_bf16 + r * cols);
+        } else {
+          simd::DequantizeRow(rows.type, rows.row(r0 + r), cols, panel_data + r * cols);
+        }
+      }
+    });
+    w.rows = count;
+    MatMulRowsAdd(w, a + r0, rows.count, n, y);
   }
 }
 #endif  // SPARROW_HAVE_ONEDNN
@@ -210,9 +259,28 @@ void RowDots(const RowSet& rows, const float* x, size_t n, float* out) {
   });
 }
 
+uint64_t RowAxpysScratchBytes(size_t cols, size_t max_rows, size_t n) {
+#if SPARROW_HAVE_ONEDNN
+  if (cols == 0 || n < kMinBatchForPanels) return 0;
+  // RowAxpysByPanels' panel, and MatMulRowsAdd's bf16 coefficients.
+  const Panel panel = F32Panel(cols, max_rows);
+  const uint64_t coefficients =
+      PromptGemmUsesBf16() ? uint64_t{n} * panel.rows * sizeof(uint16_t) : 0;
+  return panel.bytes + coefficients;
+#else
+  (void)cols;
+  (void)max_rows;
+  (void)n;
+  return 0;
+#endif
+}
+
 void RowAxpys(const RowSet& rows, const float* a, size_t n, float* y) {
   if (rows.count == 0 || n == 0) return;
   const bool fast = GetKernelMode() == KernelMode::kFast;
+#if SPARROW_HAVE_ONEDNN
+  if (fast && n >= kMinBatchForPanels) return RowAxpysByPanels(rows, a, n, y);
+#endif
   const bool gather = simd::GatherSupports(rows.type);
   const uint8_t* const* pointers = gather ? RowPointers(rows) : nullptr;
   const size_t count = rows.count;

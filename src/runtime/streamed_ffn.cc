@@ -81,13 +81,24 @@ size_t DotRowElems(const bundle::Bundle& b) {
   return elems;
 }
 
+// The length of the rows RowAxpys sums (every kind's parts: neuron down
+// parts, dip columns).
+size_t AxpyRowElems(const bundle::Bundle& b) {
+  size_t elems = 0;
+  for (const bundle::UnitGroup& g : b.groups()) {
+    elems = std::max<size_t>(elems, g.part_padded_elems);
+  }
+  return elems;
+}
+
 // Per-thread partial sums of RowAxpys plus the panels of batched RowDots
-// (over chunks of at most `width` rows).
+// and RowAxpys (over chunks of at most `width` rows).
 uint64_t KernelScratchBytes(const bundle::Bundle& b, const ModelConfig& c, size_t width,
                             size_t max_batch) {
   const size_t widest = std::max<size_t>(c.d_model, width);
   return Floats(static_cast<size_t>(ThreadCount()) * (max_batch + 1) * widest) +
-         ops::RowDotsScratchBytes(DotRowElems(b), /*max_rows=*/width, max_batch);
+         ops::RowDotsScratchBytes(DotRowElems(b), /*max_rows=*/width, max_batch) +
+         ops::RowAxpysScratchBytes(AxpyRowElems(b), /*max_rows=*/width, max_batch);
 }
 
 }  // namespace
