@@ -131,6 +131,23 @@ HWY_INLINE void DequantizeQ4_0Row(const uint8_t* HWY_RESTRICT src, size_t n,
   }
 }
 
+// A Q4_K super-block's scale and min scale, as floats, and its sub-blocks'
+// 6-bit scales and mins.
+struct Q4_KHeader {
+  float d, dmin;
+  uint8_t sc[8], m[8];
+};
+HWY_INLINE Q4_KHeader ReadQ4_KHeader(const uint8_t* HWY_RESTRICT block) {
+  Q4_KHeader h;
+  uint16_t d_bits, dmin_bits;
+  std::memcpy(&d_bits, block, 2);
+  std::memcpy(&dmin_bits, block + 2, 2);
+  h.d = HalfBitsToFloat(d_bits);
+  h.dmin = HalfBitsToFloat(dmin_bits);
+  UnpackQ4KScales(block + offsetof(BlockQ4_K, scales), h.sc, h.m);
+  return h;
+}
+
 HWY_INLINE void DequantizeQ4_KRow(const uint8_t* HWY_RESTRICT src, size_t n,
                                   float* HWY_RESTRICT dst) {
   const hn::CappedTag<float, 32> df;
@@ -140,20 +157,14 @@ HWY_INLINE void DequantizeQ4_KRow(const uint8_t* HWY_RESTRICT src, size_t n,
   const auto mask = hn::Set(di32, 15);
   for (size_t b = 0; b < n / kQKElems; ++b) {
     const uint8_t* block = src + b * sizeof(BlockQ4_K);
-    uint16_t d_bits, dmin_bits;
-    std::memcpy(&d_bits, block, 2);
-    std::memcpy(&dmin_bits, block + 2, 2);
-    const float d = HalfBitsToFloat(d_bits);
-    const float dmin = HalfBitsToFloat(dmin_bits);
-    uint8_t sc[8], m[8];
-    UnpackQ4KScales(block + offsetof(BlockQ4_K, scales), sc, m);
+    const Q4_KHeader h = ReadQ4_KHeader(block);
     const uint8_t* qs = block + offsetof(BlockQ4_K, qs);
     float* out = dst + b * kQKElems;
     for (size_t g = 0; g < 4; ++g) {
-      const auto d_lo = hn::Set(df, d * sc[2 * g]);
-      const auto m_lo = hn::Set(df, dmin * m[2 * g]);
-      const auto d_hi = hn::Set(df, d * sc[2 * g + 1]);
-      const auto m_hi = hn::Set(df, dmin * m[2 * g + 1]);
+      const auto d_lo = hn::Set(df, h.d * h.sc[2 * g]);
+      const auto m_lo = hn::Set(df, h.dmin * h.m[2 * g]);
+      const auto d_hi = hn::Set(df, h.d * h.sc[2 * g + 1]);
+      const auto m_hi = hn::Set(df, h.dmin * h.m[2 * g + 1]);
       for (size_t s = 0; s < 32; s += N) {
         const auto bytes = hn::BitCast(di32, hn::PromoteTo(
             hn::RebindToUnsigned<decltype(di32)>(), hn::LoadU(du8, qs + 32 * g + s)));
@@ -356,22 +367,16 @@ HWY_INLINE void Q4_0BlockToBF16(uint16_t d_bits, __m128i qs, uint16_t* HWY_RESTR
 // and looked up by nibble; a 64-element group's two sub-blocks share one
 // 32-entry table (high nibbles index its upper half).
 HWY_INLINE void Q4_KBlockToBF16(const uint8_t* HWY_RESTRICT block, uint16_t* HWY_RESTRICT dst) {
-  uint16_t d_bits, dmin_bits;
-  std::memcpy(&d_bits, block, 2);
-  std::memcpy(&dmin_bits, block + 2, 2);
-  const float d = HalfBitsToFloat(d_bits);
-  const float dmin = HalfBitsToFloat(dmin_bits);
-  uint8_t sc[8], m[8];
-  UnpackQ4KScales(block + offsetof(BlockQ4_K, scales), sc, m);
+  const Q4_KHeader h = ReadQ4_KHeader(block);
   const uint8_t* qs = block + offsetof(BlockQ4_K, qs);
   const __m512 ks = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i low4 = _mm512_set1_epi16(0x0F);
   const __m512i upper = _mm512_set1_epi16(16);
   for (size_t g = 0; g < 4; ++g) {
-    const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d * sc[2 * g]), ks),
-                                    _mm512_set1_ps(dmin * m[2 * g]));
-    const __m512 hi = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d * sc[2 * g + 1]), ks),
-                                    _mm512_set1_ps(dmin * m[2 * g + 1]));
+    const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(h.d * h.sc[2 * g]), ks),
+                                    _mm512_set1_ps(h.dmin * h.m[2 * g]));
+    const __m512 hi = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(h.d * h.sc[2 * g + 1]), ks),
+                                    _mm512_set1_ps(h.dmin * h.m[2 * g + 1]));
     __m256i table_lo, table_hi;
     asm("vcvtneps2bf16 %1, %0" : "=v"(table_lo) : "v"(lo));
     asm("vcvtneps2bf16 %1, %0" : "=v"(table_hi) : "v"(hi));

@@ -15,26 +15,14 @@
 #include "base/error.h"
 #include "base/line_journal.h"
 #include "tests/error_test_util.h"
+#include "tests/gguf_test_util.h"  // TempDir
 
 namespace sparrow {
 namespace {
 
 using testing::Contains;
 using testing::ErrorOf;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/sparrow_journal_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() { (void)std::system(("rm -rf '" + path_ + "'").c_str()); }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -118,9 +118,45 @@ void AxpyRangeByRow(const RowSet& rows, const float* a, size_t n, size_t begin, 
 }
 
 #if SPARROW_HAVE_ONEDNN
-// Large batches: f32 panels of the rows through MatMul (oneDNN). Contiguous
-// rows are a plain strided matrix, which MatMul converts itself (F32 ones
-// it hands to oneDNN as they are, so they must be whole floats apart).
+// Calls body(panel, r0) for consecutive slices of the set's rows, each
+// slice dequantized into `buffer` and seen as a matrix (rows r0.. of the
+// set): in bf16 where MatMul's batches run in bf16 (MatMul multiplies BF16
+// matrices as they are), else in f32; F32 rows stay f32, as F32 matrices do
+// in MatMul. The buffer holds the f32 panel's rows either way (bf16 ones
+// fill half its bytes), which is what the scratch charges count.
+template <class Body>
+void ForEachPanel(const RowSet& rows, AlignedBuffer<float>& buffer, const Body& body) {
+  const size_t cols = rows.cols;
+  const bool bf16 = PromptGemmUsesBf16() && rows.type != TensorType::kF32;
+  const Panel shape = F32Panel(cols, rows.count);
+  if (buffer.size() * sizeof(float) < shape.bytes) buffer.Reset(shape.bytes / sizeof(float));
+  float* panel_f32 = buffer.data();
+  uint16_t* panel_bf16 = reinterpret_cast<uint16_t*>(panel_f32);
+  MatrixView w;
+  w.type = bf16 ? TensorType::kBF16 : TensorType::kF32;
+  w.data = reinterpret_cast<const uint8_t*>(panel_f32);
+  w.cols = cols;
+  w.row_bytes = cols * (bf16 ? sizeof(uint16_t) : sizeof(float));
+  for (size_t r0 = 0; r0 < rows.count; r0 += shape.rows) {
+    const size_t count = std::min(shape.rows, rows.count - r0);
+    ParallelFor(count, 4, [&](size_t begin, size_t end, int) {
+      for (size_t r = begin; r < end; ++r) {
+        if (bf16) {
+          simd::DequantizeRowToBF16(rows.type, rows.row(r0 + r), cols, panel_bf16 + r * cols);
+        } else {
+          simd::DequantizeRow(rows.type, rows.row(r0 + r), cols, panel_f32 + r * cols);
+        }
+      }
+    });
+    w.rows = count;
+    body(static_cast<const MatrixView&>(w), r0);
+  }
+}
+
+// Large batches: panels of the rows (ForEachPanel) through MatMul (oneDNN).
+// Contiguous rows are a plain strided matrix, which MatMul converts itself
+// (F32 ones it hands to oneDNN as they are, so they must be whole floats
+// apart).
 void RowDotsByPanels(const RowSet& rows, const float* x, size_t n, float* out) {
   MatrixView w;
   w.cols = rows.cols;
@@ -135,73 +171,25 @@ void RowDotsByPanels(const RowSet& rows, const float* x, size_t n, float* out) {
     MatMul(w, x, n, out);
     return;
   }
-  // Where MatMul's batches run in bf16 (PromptGemmUsesBf16), the rows go
-  // to the panel in bf16, which MatMul multiplies as it is; F32 rows stay
-  // f32, as F32 matrices do in MatMul. The panel holds the f32 panel's rows
-  // either way (in bf16 they fill half its bytes).
-  const size_t cols = rows.cols;
-  const bool bf16 = PromptGemmUsesBf16() && rows.type != TensorType::kF32;
-  const Panel shape = F32Panel(cols, rows.count);
-  const size_t panel_rows = shape.rows;
+  const Panel shape = F32Panel(rows.cols, rows.count);
   thread_local AlignedBuffer<float> panel, result;  // RowDotsScratchBytes
-  if (panel.size() * sizeof(float) < shape.bytes) panel.Reset(shape.bytes / sizeof(float));
-  if (result.size() < n * panel_rows) result.Reset(n * panel_rows);
-  float* panel_data = panel.data();
-  uint16_t* panel_bf16 = reinterpret_cast<uint16_t*>(panel_data);
-  w.type = bf16 ? TensorType::kBF16 : TensorType::kF32;
-  w.data = reinterpret_cast<const uint8_t*>(panel_data);
-  w.row_bytes = cols * (bf16 ? sizeof(uint16_t) : sizeof(float));
-  for (size_t r0 = 0; r0 < rows.count; r0 += panel_rows) {
-    const size_t count = std::min(panel_rows, rows.count - r0);
-    ParallelFor(count, 4, [&](size_t begin, size_t end, int) {
-      for (size_t r = begin; r < end; ++r) {
-        if (bf16) {
-          simd::DequantizeRowToBF16(rows.type, rows.row(r0 + r), cols, panel_bf16 + r * cols);
-        } else {
-          simd::DequantizeRow(rows.type, rows.row(r0 + r), cols, panel_data + r * cols);
-        }
-      }
-    });
-    w.rows = count;
-    MatMul(w, x, n, result.data());
+  if (result.size() < n * shape.rows) result.Reset(n * shape.rows);
+  ForEachPanel(rows, panel, [&](const MatrixView& slice, size_t r0) {
+    MatMul(slice, x, n, result.data());
     for (size_t t = 0; t < n; ++t) {
-      std::copy(result.data() + t * count, result.data() + (t + 1) * count,
+      std::copy(result.data() + t * slice.rows, result.data() + (t + 1) * slice.rows,
                 out + t * rows.count + r0);
     }
-  }
+  });
 }
 
-// Large batches of weighted sums: y += a * (the rows), the rows dequantized
-// into panels (bf16 where MatMul's batches run in bf16, F32 rows in f32)
-// that oneDNN multiplies and adds into y.
+// Large batches of weighted sums: y += a * (the rows), panel by panel,
+// which oneDNN multiplies and adds into y.
 void RowAxpysByPanels(const RowSet& rows, const float* a, size_t n, float* y) {
-  const size_t cols = rows.cols;
-  const bool bf16 = PromptGemmUsesBf16() && rows.type != TensorType::kF32;
-  const Panel shape = F32Panel(cols, rows.count);
-  const size_t panel_rows = shape.rows;
   thread_local AlignedBuffer<float> panel;  // RowAxpysScratchBytes
-  if (panel.size() * sizeof(float) < shape.bytes) panel.Reset(shape.bytes / sizeof(float));
-  float* panel_data = panel.data();
-  uint16_t* panel_bf16 = reinterpret_cast<uint16_t*>(panel_data);
-  MatrixView w;
-  w.type = bf16 ? TensorType::kBF16 : TensorType::kF32;
-  w.data = reinterpret_cast<const uint8_t*>(panel_data);
-  w.cols = cols;
-  w.row_bytes = cols * (bf16 ? sizeof(uint16_t) : sizeof(float));
-  for (size_t r0 = 0; r0 < rows.count; r0 += panel_rows) {
-    const size_t count = std::min(panel_rows, rows.count - r0);
-    ParallelFor(count, 4, [&](size_t begin, size_t end, int) {
-      for (size_t r = begin; r < end; ++r) {
-        if (bf16) {
-          simd::DequantizeRowToBF16(rows.type, rows.row(r0 + r), cols, panel_bf16 + r * cols);
-        } else {
-          simd::DequantizeRow(rows.type, rows.row(r0 + r), cols, panel_data + r * cols);
-        }
-      }
-    });
-    w.rows = count;
-    MatMulRowsAdd(w, a + r0, rows.count, n, y);
-  }
+  ForEachPanel(rows, panel, [&](const MatrixView& slice, size_t r0) {
+    MatMulRowsAdd(slice, a + r0, rows.count, n, y);
+  });
 }
 #endif  // SPARROW_HAVE_ONEDNN
 
