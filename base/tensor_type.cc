@@ -23,7 +23,7 @@ constexpr std::array kTypes = {
     TensorTypeInfo{TensorType::kQ4_1, "q4_1", 32, 20, 0},
     TensorTypeInfo{TensorType::kQ5_0, "q5_0", 32, 22, 0},
     TensorTypeInfo{TensorType::kQ5_1, "q5_1", 32, 24, 0},
-    TensorTypeInfo{TensorType::kQ8_0, "q8_0", 32, 34, kConvert | kGemv | kGather | kRecord},
+    TensorTypeInfo{TensorType::kQ8_0, "q8_0", 32, 34, kConvert | kGemv | kGather | kPack | kRecord},
     TensorTypeInfo{TensorType::kQ8_1, "q8_1", 32, 36, 0},
     TensorTypeInfo{TensorType::kQ2_K, "q2_K", 256, 84, 0},
     TensorTypeInfo{TensorType::kQ3_K, "q3_K", 256, 110, 0},

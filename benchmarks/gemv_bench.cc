@@ -20,8 +20,9 @@
 // row range). The table gives the percentage of both; the second is the
 // stricter yardstick.
 //
-// Types q4_0x8 and q4_Kx8 are Q4_0 and Q4_K repacked in groups of 8 rows for
-// the packed kernels (simd/packed_gemv.h), which the engine uses on x86.
+// Types q8_0x8, q4_0x8 and q4_Kx8 are Q8_0, Q4_0 and Q4_K repacked in groups
+// of 8 rows for the packed kernels (simd/packed_gemv.h), which the engine
+// uses on x86 and on Arm with sdot.
 //
 //   gemv_bench [--types q4_0,q4_0x8,q4_K,q4_Kx8,q8_0,f16] [--shapes 4096x11008] [--threads 1,2]
 //              [--reps 21] [--rotate-mib 512] [--probe-mib 1024]
@@ -244,7 +245,7 @@ int Main(int argc, char** argv) {
                            "percentage of a stream-read probe.");
   options.add_options()
       ("types", "Weight types", cxxopts::value<std::string>()->default_value(
-          "f32,f16,bf16,q8_0,q4_0,q4_0x8,q4_K,q4_Kx8,q6_K"))
+          "f32,f16,bf16,q8_0,q8_0x8,q4_0,q4_0x8,q4_K,q4_Kx8,q6_K"))
       ("shapes", "Shapes COLSxROWS (ggml order)", cxxopts::value<std::string>()->default_value(
           "4096x4096,4096x11008,11008x4096,2048x5632"))
       ("threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))
@@ -266,8 +267,10 @@ int Main(int argc, char** argv) {
   std::vector<Kind> kinds;
   std::vector<TensorType> types;  // for --quantize-speed
   for (const std::string& name : Split(opts["types"].as<std::string>(), ',')) {
-    if (name == "q4_0x8" || name == "q4_Kx8") {
-      kinds.push_back(Kind{name == "q4_0x8" ? TensorType::kQ4_0 : TensorType::kQ4_K, true, name});
+    if (name.size() > 2 && name.substr(name.size() - 2) == "x8") {  // packed: q4_0x8
+      const auto t = ParseTensorType(name.substr(0, name.size() - 2));
+      if (!t || !simd::PackedGemvSupports(*t)) ThrowInputError("no packed layout for '", name, "'");
+      kinds.push_back(Kind{*t, true, name});
       continue;
     }
     const auto t = ParseTensorType(name);

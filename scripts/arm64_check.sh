@@ -327,8 +327,8 @@ for entry in "${greedy[@]}"; do
 done
 run_side_by_side "${greedy_jobs[@]}"
 
-stage "4-bit models: perplexity with each CPU's 8-bit dot product"
-# Small synthetic Q4_0 and Q4_K models (made and measured with the scalar
+stage "Packed models (Q4_0, Q4_K, Q8_0): perplexity with each CPU's 8-bit dot product"
+# Small synthetic Q4_0, Q4_K and Q8_0 models (made and measured with the scalar
 # reference kernels under qemu -cpu max): on each CPU the fast kernels --
 # packed rows with sdot where the CPU has it, the 16-bit kernels elsewhere
 # -- must give the reference perplexity within 1e-3 relative, the bound the
@@ -348,7 +348,7 @@ run_4bit() {
   fi
 }
 fourbit_jobs=()
-for type in q4_0 q4_K; do
+for type in q4_0 q4_K q8_0; do
   qemu-aarch64 -cpu max "$sparrow" synth -o "$work/synth-$type.gguf" --dim 256 --ffn 512 \
     --layers 2 --heads 4 --kv-heads 2 --vocab 1000 --type "$type" --seed 5 2>"$work/synth.err" || {
     bad "synth --type $type: $(tail -n 1 "$work/synth.err")"; continue; }

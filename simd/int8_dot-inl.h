@@ -239,6 +239,52 @@ HWY_INLINE hn::Vec<hn::RepartitionToWide<DI16>> SumInt16Pairs(DI16 di16, hn::Vec
 }
 
 
+// Signed weights (Q8_0): every form also takes `w` as signed bytes, through
+//   PrepareSigned(du8, w)          once per weight vector (shared by inputs),
+//   AddSigned(du8, acc, pw, b)     acc (int32 lanes) += pw . b per lane,
+// so that the int32 lanes end up as dot(w, b) + kSignedBias * sum(b) over
+// each lane's bytes: VNNI multiplies unsigned bytes, so it takes w + 128
+// and the caller subtracts 128 * sum(b); the other forms give dot(w, b)
+// itself (bias 0). With |b| <= 127 nothing saturates or overflows, so
+// every form yields the same integers.
+//
+// pmaddubsw form: |w| (at most 128, unsigned) times b with w's sign, the
+// pairs (at most 2 * 128 * 127 = 32512) widened to int32 at once.
+template <class DU8>
+HWY_INLINE hn::Vec<hn::Repartition<int32_t, DU8>> SignedBytePairsTo32(DU8 du8, hn::Vec<DU8> w,
+                                                                     hn::Vec<DU8> b) {
+  const hn::Repartition<int16_t, DU8> di16;
+#ifdef SPARROW_INT8_MADDUBS
+  (void)du8;
+#if HWY_TARGET <= HWY_AVX2
+  const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w.raw), _mm256_sign_epi8(b.raw, w.raw));
+#else
+  const __m128i pairs = _mm_maddubs_epi16(_mm_abs_epi8(w.raw), _mm_sign_epi8(b.raw, w.raw));
+#endif
+  return SumInt16Pairs(di16, hn::Vec<decltype(di16)>{pairs});
+#else
+  (void)du8;
+  const auto w16 = hn::BitCast(di16, w);
+  const auto b16 = hn::BitCast(di16, b);
+  const auto w_even = hn::ShiftRight<8>(hn::ShiftLeft<8>(w16));
+  const auto b_even = hn::ShiftRight<8>(hn::ShiftLeft<8>(b16));
+  const auto pairs = hn::Add(hn::Mul(w_even, b_even), hn::Mul(hn::ShiftRight<8>(w16), hn::ShiftRight<8>(b16)));
+  return SumInt16Pairs(di16, pairs);
+#endif
+}
+
+template <class DU8>
+struct PortableSignedBytes {
+  using DI32 = hn::Repartition<int32_t, DU8>;
+  using SignedAcc = hn::Vec<DI32>;
+  static constexpr int32_t kSignedBias = 0;
+  static HWY_INLINE SignedAcc SignedZero() { return hn::Zero(DI32()); }
+  static HWY_INLINE hn::Vec<DU8> PrepareSigned(DU8, hn::Vec<DU8> w) { return w; }
+  static HWY_INLINE SignedAcc AddSigned(DU8 du8, SignedAcc acc, hn::Vec<DU8> w, hn::Vec<DU8> b) {
+    return hn::Add(acc, SignedBytePairsTo32(du8, w, b));
+  }
+};
+
 // Exact sums of byte products (a unsigned and below 128 on Arm, b signed),
 // per 32-bit lane: Add accumulates, into lane i, a[4i..4i+3] . b[4i..4i+3];
 // Total returns the int32 lanes. The callers' operands never overflow the
@@ -246,7 +292,7 @@ HWY_INLINE hn::Vec<hn::RepartitionToWide<DI16>> SumInt16Pairs(DI16 di16, hn::Vec
 // This is the portable form of the target (pmaddubsw on x86, Highway ops
 // elsewhere); ByteDotSum below is the best form the target always has.
 template <class DU8>
-struct PortableByteDotSum {
+struct PortableByteDotSum : PortableSignedBytes<DU8> {
   using DI32 = hn::Repartition<int32_t, DU8>;
   using DI16 = hn::Repartition<int16_t, DU8>;
   using Acc = hn::Vec<DI16>;
@@ -264,6 +310,19 @@ struct Int32ByteDotSum {
   using Acc = hn::Vec<DI32>;
   static HWY_INLINE Acc Zero() { return hn::Zero(DI32()); }
   static HWY_INLINE hn::Vec<DI32> Total(Acc acc) { return acc; }
+  using SignedAcc = Acc;
+  static HWY_INLINE SignedAcc SignedZero() { return Zero(); }
+};
+
+// Arm's sdot forms multiply signed bytes: signed weights go in as they are.
+template <class Form, class DU8>
+struct SdotSigned : Int32ByteDotSum<DU8> {
+  using typename Int32ByteDotSum<DU8>::Acc;
+  static constexpr int32_t kSignedBias = 0;
+  static HWY_INLINE hn::Vec<DU8> PrepareSigned(DU8, hn::Vec<DU8> w) { return w; }
+  static HWY_INLINE Acc AddSigned(DU8 du8, Acc acc, hn::Vec<DU8> w, hn::Vec<DU8> b) {
+    return Form::Add(du8, acc, w, b);
+  }
 };
 
 #if defined(SPARROW_INT8_VNNI) || defined(SPARROW_INT8_VNNI_RUNTIME)
@@ -271,6 +330,14 @@ template <class DU8>
 struct VnniByteDotSum : Int32ByteDotSum<DU8> {
   using typename Int32ByteDotSum<DU8>::Acc;
   static_assert(hn::MaxLanes(DU8()) == 32, "the VNNI form takes 256-bit vectors");
+  // Signed weights as w + 128 (the sign bit flipped): unsigned bytes.
+  static constexpr int32_t kSignedBias = 128;
+  static HWY_INLINE hn::Vec<DU8> PrepareSigned(DU8 du8, hn::Vec<DU8> w) {
+    return hn::Xor(w, hn::Set(du8, uint8_t{0x80}));
+  }
+  static HWY_INLINE Acc AddSigned(DU8 du8, Acc acc, hn::Vec<DU8> pw, hn::Vec<DU8> b) {
+    return Add(du8, acc, pw, b);
+  }
   static HWY_INLINE Acc Add(DU8, Acc acc, hn::Vec<DU8> a, hn::Vec<DU8> b) {
     __m256i raw = acc.raw;
 #if HWY_TARGET == HWY_AVX2  // VEX: ymm0-15 only
@@ -291,7 +358,7 @@ using ByteDotSum = VnniByteDotSum<DU8>;
 // Highway's SVE vectors are the raw sizeless types. Lanes past a capped
 // tag's count hold what the loads left there (zeros) and are never stored.
 template <class DU8>
-struct SveByteDotSum : Int32ByteDotSum<DU8> {
+struct SveByteDotSum : SdotSigned<SveByteDotSum<DU8>, DU8> {
   using typename Int32ByteDotSum<DU8>::Acc;
   static HWY_INLINE Acc Add(DU8, Acc acc, hn::Vec<DU8> a, hn::Vec<DU8> b) {
     return svdot_s32(acc, svreinterpret_s8_u8(a), svreinterpret_s8_u8(b));
@@ -312,7 +379,7 @@ using ByteDotSum = PortableByteDotSum<DU8>;
 // unless the whole build targets the extension the instruction is inline
 // assembly (SPARROW_ARM_ASM_ARCH).
 template <class DU8>
-struct NeonSdotByteDotSum : Int32ByteDotSum<DU8> {
+struct NeonSdotByteDotSum : SdotSigned<NeonSdotByteDotSum<DU8>, DU8> {
   using typename Int32ByteDotSum<DU8>::Acc;
   static_assert(hn::MaxLanes(DU8()) == 16, "the NEON form takes 128-bit vectors");
   static HWY_INLINE Acc Add(DU8, Acc acc, hn::Vec<DU8> a, hn::Vec<DU8> b) {

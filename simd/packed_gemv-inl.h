@@ -1,5 +1,5 @@
 // Per-target kernels of packed_gemv.h: GEMV over groups of 8 interleaved
-// Q4_0 or Q4_K rows, with 8-bit activations (int8_dot-inl.h).
+// Q4_0, Q4_K or Q8_0 rows, with 8-bit activations (int8_dot-inl.h).
 //
 // One vector of 32-bit lanes maps a lane to a row: a 32-byte chunk holds 4
 // nibble bytes of each of the 8 rows, so multiplying it by the 4 matching
@@ -15,7 +15,9 @@
 // an int8 (-127..127) -- a Q4_0 block, or a Q4_K sub-block -- so |sum| <=
 // 30480 and no step saturates. Q4_0's offset of -8 and Q4_K's mins are
 // applied per block through the exact sum of the activations, as in
-// gemv-inl.h.
+// gemv-inl.h. Q8_0's signed weights go through the forms' signed entry
+// points (PrepareSigned, AddSigned), whose int32 lanes carry at most 32
+// products of 128 x 127 -- exact everywhere.
 
 #if defined(SPARROW_SIMD_PACKED_GEMV_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SPARROW_SIMD_PACKED_GEMV_INL_H_
@@ -49,6 +51,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 inline constexpr size_t kPackedBlockBytes = 8 * 18;  // one Q4_0 block of 8 rows
 inline constexpr size_t kPackedScaleBytes = 16;      // 8 f16 scales first
 inline constexpr size_t kPackedSuperBytes = 8 * 144;  // one Q4_K super-block of 8 rows
+inline constexpr size_t kPackedQ8BlockBytes = 8 * 34;  // one Q8_0 block of 8 rows
 // Offsets in a packed Q4_K super-block (packed_gemv.h).
 inline constexpr size_t kPackedKDmin = 16, kPackedKScales = 32, kPackedKMinsLow = 96,
                         kPackedKQs = 128;
@@ -149,6 +152,37 @@ HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
   PackedQ4_KOneGroup(p, nsuper, xq, sx, sums, y);
   if (p2 != nullptr) PackedQ4_KOneGroup(p2, nsuper, xq, sx, sums, y2);
 }
+
+HWY_INLINE void PackedQ8_0OneGroup(const uint8_t* HWY_RESTRICT p, size_t nblocks,
+                                   const int8_t* HWY_RESTRICT xq,
+                                   const float* HWY_RESTRICT sx, float* HWY_RESTRICT y) {
+  float acc[8] = {};
+  for (size_t b = 0; b < nblocks; ++b, p += kPackedQ8BlockBytes) {
+    const int8_t* xb = xq + 32 * b;
+    for (size_t r = 0; r < 8; ++r) {
+      int32_t dot = 0;
+      for (size_t k = 0; k < 8; ++k) {
+        for (size_t j = 0; j < 4; ++j) {
+          dot += static_cast<int8_t>(p[kPackedScaleBytes + 32 * k + 4 * r + j]) * xb[4 * k + j];
+        }
+      }
+      uint16_t h;
+      std::memcpy(&h, p + 2 * r, 2);
+      acc[r] += static_cast<float>(dot) * (HalfBitsToFloat(h) * sx[b]);
+    }
+  }
+  for (size_t r = 0; r < 8; ++r) y[r] = acc[r];
+}
+
+template <class Dots>
+HWY_INLINE void PackedQ8_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
+                                    size_t nblocks, const int8_t* HWY_RESTRICT xq,
+                                    const float* HWY_RESTRICT sx,
+                                    const float* HWY_RESTRICT /*sums*/, float* HWY_RESTRICT y,
+                                    float* HWY_RESTRICT y2) {
+  PackedQ8_0OneGroup(p, nblocks, xq, sx, y);
+  if (p2 != nullptr) PackedQ8_0OneGroup(p2, nblocks, xq, sx, y2);
+}
 #else
 
 // The low and the high nibbles of each byte of w, as bytes.
@@ -245,6 +279,90 @@ HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t
     hn::StoreU(hn::NegMulAdd(eight, off_b, acc_b), df, y + hn::Lanes(df));
   } else if (p2 != nullptr) {
     hn::StoreU(hn::NegMulAdd(eight, off_b, acc_b), df, y2);
+  }
+}
+
+// A signed-weight dot product's int32 lanes (int8_dot-inl.h) as floats,
+// without the form's bias: dot(w, x) exactly (|dot| < 2^24, and the bias
+// times the block's activation sum `sum` is an integer below 2^24 too).
+template <class Dots, class DF, class V32>
+HWY_INLINE hn::Vec<DF> SignedDotToFloat(DF df, V32 dot, float sum) {
+  if constexpr (Dots::kSignedBias != 0) {
+    return hn::Sub(hn::ConvertTo(df, dot), hn::Set(df, static_cast<float>(Dots::kSignedBias) * sum));
+  } else {
+    (void)sum;
+    return hn::ConvertTo(df, dot);
+  }
+}
+
+// Two vectors' rows of one packed Q8_0 block, sharing the activations (as
+// PackedQ4_0Parts): acc_* += dot * (d * sx), one fused step per block.
+template <class Dots, class DU8, class DF>
+HWY_INLINE void PackedQ8_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, size_t part_a,
+                                const uint8_t* HWY_RESTRICT pb, size_t part_b,
+                                const int8_t* HWY_RESTRICT xb, hn::Vec<DF> vsx, float sum,
+                                hn::Vec<DF>& acc_a, hn::Vec<DF>& acc_b) {
+  const hn::Repartition<int32_t, DU8> di32;
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  const size_t bytes = hn::Lanes(du8);
+  const uint8_t* qa = pa + kPackedScaleBytes + bytes * part_a;
+  const uint8_t* qb = pb + kPackedScaleBytes + bytes * part_b;
+  // Two chains per vector (even and odd chunks): half the latency of one.
+  auto dot_a = Dots::SignedZero(), dot_b = Dots::SignedZero();
+  auto dot_a2 = Dots::SignedZero(), dot_b2 = Dots::SignedZero();
+  for (size_t k = 0; k < 8; k += 2) {
+    int32_t xw, xw2;
+    std::memcpy(&xw, xb + 4 * k, 4);
+    std::memcpy(&xw2, xb + 4 * k + 4, 4);
+    const auto xv = hn::BitCast(du8, hn::Set(di32, xw));
+    const auto xv2 = hn::BitCast(du8, hn::Set(di32, xw2));
+    dot_a = Dots::AddSigned(du8, dot_a, Dots::PrepareSigned(du8, hn::LoadU(du8, qa + 32 * k)), xv);
+    dot_b = Dots::AddSigned(du8, dot_b, Dots::PrepareSigned(du8, hn::LoadU(du8, qb + 32 * k)), xv);
+    dot_a2 = Dots::AddSigned(du8, dot_a2, Dots::PrepareSigned(du8, hn::LoadU(du8, qa + 32 * k + 32)), xv2);
+    dot_b2 = Dots::AddSigned(du8, dot_b2, Dots::PrepareSigned(du8, hn::LoadU(du8, qb + 32 * k + 32)), xv2);
+  }
+  dot_a = hn::Add(dot_a, dot_a2);
+  dot_b = hn::Add(dot_b, dot_b2);
+  const auto scale_a = hn::Mul(
+      PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(pa) + bytes / 4 * part_a)),
+      vsx);
+  const auto scale_b = hn::Mul(
+      PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(pb) + bytes / 4 * part_b)),
+      vsx);
+  acc_a = hn::MulAdd(SignedDotToFloat<Dots>(df, dot_a, sum), scale_a, acc_a);
+  acc_b = hn::MulAdd(SignedDotToFloat<Dots>(df, dot_b, sum), scale_b, acc_b);
+}
+
+// Groups at `p` and (nullptr: none) `p2`, as PackedQ4_0GroupImpl.
+template <class Dots>
+HWY_INLINE void PackedQ8_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
+                                    size_t nblocks, const int8_t* HWY_RESTRICT xq,
+                                    const float* HWY_RESTRICT sx,
+                                    const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
+                                    float* HWY_RESTRICT y2) {
+  const hn::CappedTag<uint8_t, 32> du8;
+  const hn::Repartition<float, decltype(du8)> df;
+  const bool two_parts = hn::Lanes(du8) < 32;
+  if (two_parts && p2 != nullptr) {  // a group fills both halves here
+    PackedQ8_0GroupImpl<Dots>(p2, nullptr, nblocks, xq, sx, sums, y2, nullptr);
+    p2 = nullptr;
+  }
+  const uint8_t* pb = two_parts ? p : (p2 != nullptr ? p2 : p);
+  const size_t part_b = two_parts ? 1 : 0;
+  auto acc_a = hn::Zero(df), acc_b = hn::Zero(df);
+  for (size_t b = 0; b < nblocks; ++b, p += kPackedQ8BlockBytes, pb += kPackedQ8BlockBytes) {
+    for (size_t i = 0; i < kPackedQ8BlockBytes; i += 64) hwy::Prefetch(p + 2048 + i);
+    if (!two_parts && p2 != nullptr) {
+      for (size_t i = 0; i < kPackedQ8BlockBytes; i += 64) hwy::Prefetch(pb + 2048 + i);
+    }
+    PackedQ8_0Parts<Dots>(du8, df, p, 0, pb, part_b, xq + 32 * b, hn::Set(df, sx[b]), sums[b],
+                          acc_a, acc_b);
+  }
+  hn::StoreU(acc_a, df, y);
+  if (two_parts) {
+    hn::StoreU(acc_b, df, y + hn::Lanes(df));
+  } else if (p2 != nullptr) {
+    hn::StoreU(acc_b, df, y2);
   }
 }
 
@@ -466,6 +584,48 @@ HWY_INLINE void PackedQ4_KGroupTokens(const uint8_t* HWY_RESTRICT p, size_t nsup
   }
   for (size_t t = 0; t < T; ++t) hn::StoreU(hn::Sub(acc[t], mins[t]), df, y[t]);
 }
+
+// One packed Q8_0 group (8 rows, 256-bit vectors only) times T inputs: each
+// block's weight chunks loaded (and prepared for the form) once for all T.
+// Every step per input is PackedQ8_0Parts's, in its order, so results are
+// bit for bit PackedGemv's. y[t][0..7] for input x[t].
+template <class Dots, size_t T, class Input>
+HWY_INLINE void PackedQ8_0GroupTokens(const uint8_t* HWY_RESTRICT p, size_t nblocks,
+                                      const Input* x, float* const* y) {
+  const hn::CappedTag<uint8_t, 32> du8;
+  const hn::Repartition<float, decltype(du8)> df;
+  const hn::Repartition<int32_t, decltype(du8)> di32;
+  const hn::Rebind<hwy::float16_t, decltype(df)> df16;
+  using VF = hn::Vec<decltype(df)>;
+  VF acc[T];
+  for (size_t t = 0; t < T; ++t) acc[t] = hn::Zero(df);
+  for (size_t b = 0; b < nblocks; ++b, p += kPackedQ8BlockBytes) {
+    for (size_t i = 0; i < kPackedQ8BlockBytes; i += 64) hwy::Prefetch(p + 2048 + i);
+    hn::Vec<decltype(du8)> w[8];
+    for (size_t k = 0; k < 8; ++k) {
+      w[k] = Dots::PrepareSigned(du8, hn::LoadU(du8, p + kPackedScaleBytes + 32 * k));
+    }
+    const VF d = PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p)));
+    // Chunk-major, each input with its own even and odd chains (as
+    // PackedQ8_0Parts), so that all the inputs' chains run side by side
+    // in registers.
+    typename Dots::SignedAcc dot[T];
+    for (size_t t = 0; t < T; ++t) dot[t] = Dots::SignedZero();
+    for (size_t k = 0; k < 8; ++k) {
+      for (size_t t = 0; t < T; ++t) {
+        const int8_t* xb = x[t].quantized() + 32 * b + 4 * k;
+        int32_t xw;
+        std::memcpy(&xw, xb, 4);
+        dot[t] = Dots::AddSigned(du8, dot[t], w[k], hn::BitCast(du8, hn::Set(di32, xw)));
+      }
+    }
+    for (size_t t = 0; t < T; ++t) {
+      const VF scale = hn::Mul(d, hn::Set(df, x[t].scales()[b]));
+      acc[t] = hn::MulAdd(SignedDotToFloat<Dots>(df, dot[t], x[t].sums()[b]), scale, acc[t]);
+    }
+  }
+  for (size_t t = 0; t < T; ++t) hn::StoreU(acc[t], df, y[t]);
+}
 #endif  // !HWY_HAVE_SCALABLE
 
 #ifdef SPARROW_INT8_MMLA
@@ -553,13 +713,15 @@ HWY_INLINE void PackedGemvWith(TensorType type, const uint8_t* HWY_RESTRICT data
                                const Input* x, size_t n, size_t group_begin, size_t group_end,
                                float* HWY_RESTRICT y, size_t y_stride) {
   const bool k_quant = type == TensorType::kQ4_K;
+  const bool q8 = type == TensorType::kQ8_0;
   const size_t nblocks = k_quant ? cols / 256 : cols / 32;
-  const size_t group_bytes = nblocks * (k_quant ? kPackedSuperBytes : kPackedBlockBytes);
+  const size_t group_bytes =
+      nblocks * (k_quant ? kPackedSuperBytes : q8 ? kPackedQ8BlockBytes : kPackedBlockBytes);
   auto run = [&](size_t g, size_t g2, bool pair) HWY_ATTR {
     const uint8_t* p2 = pair ? data + g2 * group_bytes : nullptr;
     size_t t = 0;
 #ifdef SPARROW_INT8_MMLA
-    if (!k_quant && n >= 2 && CpuHasArmI8mm()) {
+    if (type == TensorType::kQ4_0 && n >= 2 && CpuHasArmI8mm()) {
       for (; t + 2 <= n; t += 2) {
         float* yt = y + t * y_stride;
         for (size_t i = 0; i < (pair ? 2u : 1u); ++i) {
@@ -581,7 +743,9 @@ HWY_INLINE void PackedGemvWith(TensorType type, const uint8_t* HWY_RESTRICT data
     if (n >= 2 && hn::Lanes(hn::CappedTag<uint8_t, 32>()) == 32) {
       // Q4_K keeps two int accumulators per input live: four inputs fit
       // AVX2's 16 registers (eight spilled there: 650 tok/s against 698).
-      const size_t most = k_quant ? 4 : 8;
+      // Q8_0 keeps a block's eight weight chunks live: four inputs beside
+      // them on AVX2, eight on AVX-512's 32 registers.
+      const size_t most = k_quant || (q8 && HWY_MAX_BYTES < 64) ? 4 : 8;
       for (; t + 2 <= n;) {
         const size_t count = std::min(n - t, most);
         for (size_t i = 0; i < (pair ? 2u : 1u); ++i) {
@@ -594,6 +758,18 @@ HWY_INLINE void PackedGemvWith(TensorType type, const uint8_t* HWY_RESTRICT data
               case 4: PackedQ4_KGroupTokens<Dots, 4>(pg, nblocks, x + t, out); break;
               case 3: PackedQ4_KGroupTokens<Dots, 3>(pg, nblocks, x + t, out); break;
               default: PackedQ4_KGroupTokens<Dots, 2>(pg, nblocks, x + t, out); break;
+            }
+            continue;
+          }
+          if (q8) {
+            switch (count) {
+              case 8: PackedQ8_0GroupTokens<Dots, 8>(pg, nblocks, x + t, out); break;
+              case 7: PackedQ8_0GroupTokens<Dots, 7>(pg, nblocks, x + t, out); break;
+              case 6: PackedQ8_0GroupTokens<Dots, 6>(pg, nblocks, x + t, out); break;
+              case 5: PackedQ8_0GroupTokens<Dots, 5>(pg, nblocks, x + t, out); break;
+              case 4: PackedQ8_0GroupTokens<Dots, 4>(pg, nblocks, x + t, out); break;
+              case 3: PackedQ8_0GroupTokens<Dots, 3>(pg, nblocks, x + t, out); break;
+              default: PackedQ8_0GroupTokens<Dots, 2>(pg, nblocks, x + t, out); break;
             }
             continue;
           }
@@ -618,6 +794,9 @@ HWY_INLINE void PackedGemvWith(TensorType type, const uint8_t* HWY_RESTRICT data
       if (k_quant) {
         PackedQ4_KGroupImpl<Dots>(data + g * group_bytes, p2, nblocks, xq, x[t].scales(), x[t].sums(),
                             yt + 8 * g, y2);
+      } else if (q8) {
+        PackedQ8_0GroupImpl<Dots>(data + g * group_bytes, p2, nblocks, xq, x[t].scales(),
+                                  x[t].sums(), yt + 8 * g, y2);
       } else {
         PackedQ4_0GroupImpl<Dots>(data + g * group_bytes, p2, nblocks, xq, x[t].scales(), x[t].sums(),
                             yt + 8 * g, y2);
@@ -648,10 +827,10 @@ HWY_INLINE void PackedGemvImpl(TensorType type, const uint8_t* HWY_RESTRICT data
 #endif
 }
 
-// Row r of a packed Q4_0 group straight to bf16 (UnpackRowToBF16), where
-// the CPU rounds to bf16 in one instruction; false where this target has no
-// such path (the caller then unpacks the row and converts it). Each block's
-// nibbles are four 4-byte pieces, one from each 32-byte chunk.
+// Row r of a packed Q4_0 or Q8_0 group straight to bf16 (UnpackRowToBF16),
+// where the CPU rounds to bf16 in one instruction; false where this target
+// has no such path (the caller then unpacks the row and converts it). Each
+// block's quant bytes are 4-byte pieces, one from each 32-byte chunk.
 HWY_INLINE bool UnpackRowToBF16Impl(TensorType type, const uint8_t* HWY_RESTRICT group,
                                     size_t cols, size_t r, uint16_t* HWY_RESTRICT dst) {
 #ifdef SPARROW_BF16_CONVERT_ASM
@@ -672,12 +851,82 @@ HWY_INLINE bool UnpackRowToBF16Impl(TensorType type, const uint8_t* HWY_RESTRICT
     }
     return true;
   }
+  if (type == TensorType::kQ8_0 && CpuHasX86Bf16()) {  // eight 4-byte pieces per block
+    const auto word = [](const uint8_t* p) {
+      int32_t w;
+      std::memcpy(&w, p, 4);
+      return w;
+    };
+    for (size_t b = 0; b < cols / 32; ++b) {
+      const uint8_t* block = group + b * kPackedQ8BlockBytes;
+      hwy::Prefetch(block + 8 * kPackedQ8BlockBytes);
+      uint16_t d_bits;
+      std::memcpy(&d_bits, block + 2 * r, 2);
+      const uint8_t* q = block + 16 + 4 * r;
+      Q8_0BlockToBF16(d_bits, _mm_setr_epi32(word(q), word(q + 32), word(q + 64), word(q + 96)),
+                      _mm_setr_epi32(word(q + 128), word(q + 160), word(q + 192), word(q + 224)),
+                      dst + 32 * b);
+    }
+    return true;
+  }
 #endif
   (void)type;
   (void)group;
   (void)cols;
   (void)r;
   (void)dst;
+  return false;
+}
+
+// All 8 rows of a packed Q8_0 group to bf16 at dst + r * dst_stride
+// (UnpackGroupToBF16): each block's eight 32-byte chunks transposed as an
+// 8 x 8 matrix of 4-byte words gives each row's 32 quant bytes in order,
+// three shuffles a row where UnpackRowToBF16Impl gathers eight words one
+// by one. false where this target has no such path.
+HWY_INLINE bool UnpackGroupToBF16Impl(TensorType type, const uint8_t* HWY_RESTRICT group,
+                                      size_t cols, uint16_t* HWY_RESTRICT dst,
+                                      size_t dst_stride) {
+#ifdef SPARROW_BF16_CONVERT_ASM
+  if (type == TensorType::kQ8_0 && CpuHasX86Bf16()) {
+    for (size_t b = 0; b < cols / 32; ++b) {
+      const uint8_t* block = group + b * kPackedQ8BlockBytes;
+      for (size_t i = 0; i < kPackedQ8BlockBytes; i += 64) hwy::Prefetch(block + 1024 + i);
+      uint16_t d_bits[8];
+      std::memcpy(d_bits, block, sizeof(d_bits));
+      __m256i c[8];
+      for (size_t k = 0; k < 8; ++k) {
+        c[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16 + 32 * k));
+      }
+      __m256i u[8];  // u[h + 4 * q]: rows h (low half) and h + 4, chunks 4q..4q+3
+      for (size_t q = 0; q < 2; ++q) {
+        const __m256i* cq = c + 4 * q;
+        const __m256i t0 = _mm256_unpacklo_epi32(cq[0], cq[1]);
+        const __m256i t1 = _mm256_unpackhi_epi32(cq[0], cq[1]);
+        const __m256i t2 = _mm256_unpacklo_epi32(cq[2], cq[3]);
+        const __m256i t3 = _mm256_unpackhi_epi32(cq[2], cq[3]);
+        u[4 * q + 0] = _mm256_unpacklo_epi64(t0, t2);
+        u[4 * q + 1] = _mm256_unpackhi_epi64(t0, t2);
+        u[4 * q + 2] = _mm256_unpacklo_epi64(t1, t3);
+        u[4 * q + 3] = _mm256_unpackhi_epi64(t1, t3);
+      }
+      for (size_t h = 0; h < 4; ++h) {
+        const __m256i lo_row = _mm256_permute2x128_si256(u[h], u[h + 4], 0x20);  // row h
+        const __m256i hi_row = _mm256_permute2x128_si256(u[h], u[h + 4], 0x31);  // row h + 4
+        Q8_0BlockToBF16(d_bits[h], _mm256_castsi256_si128(lo_row),
+                        _mm256_extracti128_si256(lo_row, 1), dst + h * dst_stride + 32 * b);
+        Q8_0BlockToBF16(d_bits[h + 4], _mm256_castsi256_si128(hi_row),
+                        _mm256_extracti128_si256(hi_row, 1),
+                        dst + (h + 4) * dst_stride + 32 * b);
+      }
+    }
+    return true;
+  }
+#endif
+  (void)type;
+  (void)group;
+  (void)cols;
+  (void)dst;
+  (void)dst_stride;
   return false;
 }
 

@@ -31,6 +31,10 @@ bool UnpackRowToBF16T(TensorType type, const uint8_t* group, size_t cols, size_t
                       uint16_t* dst) {
   return UnpackRowToBF16Impl(type, group, cols, r, dst);
 }
+bool UnpackGroupToBF16T(TensorType type, const uint8_t* group, size_t cols, uint16_t* dst,
+                        size_t dst_stride) {
+  return UnpackGroupToBF16Impl(type, group, cols, dst, dst_stride);
+}
 
 void PackedGemvT(TensorType type, const uint8_t* data, size_t cols, const PackedGemvInput* x,
                  size_t n, size_t group_begin, size_t group_end, float* y, size_t y_stride) {
@@ -60,6 +64,7 @@ HWY_EXPORT(PackedDotFormT);
 HWY_EXPORT(QuantizeInt8T);
 HWY_EXPORT(PackedGemvT);
 HWY_EXPORT(UnpackRowToBF16T);
+HWY_EXPORT(UnpackGroupToBF16T);
 
 namespace {
 
@@ -70,19 +75,26 @@ struct BlockShape {
 
 BlockShape ShapeOf(TensorType type) {
   if (type == TensorType::kQ4_K) return {256, sizeof(BlockQ4_K)};
+  if (type == TensorType::kQ8_0) return {32, sizeof(BlockQ8_0)};
   return {32, sizeof(BlockQ4_0)};
 }
 
-void PackQ4_0Block(const uint8_t* const* blocks, uint8_t* out) {
+// Q4_0 and Q8_0: an f16 scale, then `bytes - 2` quant bytes taken 4 at a
+// time into 32-byte chunks (4 chunks for Q4_0, 8 for Q8_0).
+void PackScaledBlock(const uint8_t* const* blocks, size_t bytes, uint8_t* out) {
   for (size_t r = 0; r < kPackedRows; ++r) {
     std::memcpy(out + 2 * r, blocks[r], 2);
-    for (size_t k = 0; k < 4; ++k) std::memcpy(out + 16 + 32 * k + 4 * r, blocks[r] + 2 + 4 * k, 4);
+    for (size_t k = 0; k < (bytes - 2) / 4; ++k) {
+      std::memcpy(out + 16 + 32 * k + 4 * r, blocks[r] + 2 + 4 * k, 4);
+    }
   }
 }
 
-void UnpackQ4_0Block(const uint8_t* packed, size_t r, uint8_t* block) {
+void UnpackScaledBlock(const uint8_t* packed, size_t bytes, size_t r, uint8_t* block) {
   std::memcpy(block, packed + 2 * r, 2);
-  for (size_t k = 0; k < 4; ++k) std::memcpy(block + 2 + 4 * k, packed + 16 + 32 * k + 4 * r, 4);
+  for (size_t k = 0; k < (bytes - 2) / 4; ++k) {
+    std::memcpy(block + 2 + 4 * k, packed + 16 + 32 * k + 4 * r, 4);
+  }
 }
 
 constexpr size_t kQsK = offsetof(BlockQ4_K, qs);
@@ -146,7 +158,7 @@ void PackGroup(TensorType type, const uint8_t* rows, size_t row_bytes, size_t co
     if (type == TensorType::kQ4_K) {
       PackQ4_KBlock(blocks, o);
     } else {
-      PackQ4_0Block(blocks, o);
+      PackScaledBlock(blocks, shape.bytes, o);
     }
   }
 }
@@ -178,7 +190,7 @@ void UnpackRow(TensorType type, const uint8_t* group, size_t cols, size_t r, uin
     if (type == TensorType::kQ4_K) {
       UnpackQ4_KBlock(packed, r, row + b * shape.bytes);
     } else {
-      UnpackQ4_0Block(packed, r, row + b * shape.bytes);
+      UnpackScaledBlock(packed, shape.bytes, r, row + b * shape.bytes);
     }
   }
 }
@@ -189,6 +201,15 @@ void UnpackRowToBF16(TensorType type, const uint8_t* group, size_t cols, size_t 
   if (HWY_DYNAMIC_DISPATCH(UnpackRowToBF16T)(type, group, cols, r, dst)) return;
   UnpackRow(type, group, cols, r, scratch);
   DequantizeRowToBF16(type, scratch, cols, dst);
+}
+
+void UnpackGroupToBF16(TensorType type, const uint8_t* group, size_t cols, uint8_t* scratch,
+                       uint16_t* dst, size_t dst_stride) {
+  RequireSupported(type);
+  if (HWY_DYNAMIC_DISPATCH(UnpackGroupToBF16T)(type, group, cols, dst, dst_stride)) return;
+  for (size_t r = 0; r < kPackedRows; ++r) {
+    UnpackRowToBF16(type, group, cols, r, scratch, dst + r * dst_stride);
+  }
 }
 
 void PackMatrix(TensorType type, uint8_t* data, size_t rows, size_t cols) {

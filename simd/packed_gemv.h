@@ -1,4 +1,4 @@
-// Q4_0 and Q4_K matrices repacked at load for decoding: eight rows
+// Q4_0, Q4_K and Q8_0 matrices repacked at load for decoding: eight rows
 // interleaved so that one step of the kernel multiplies the same four
 // activations into all eight rows, with 8-bit activations.
 //
@@ -11,13 +11,23 @@
 // an AMD EPYC (Zen 3, AVX2) with a 4096x4096 Q4_0 matrix, one thread: 13.2
 // GB/s from DRAM and 24-28 GB/s from L2, against 6-8 and 9-12 GB/s for
 // per-row kernels; gemv_bench's figures are in the README.
+// Q8_0's plain kernel keeps up with memory for one token, but several
+// tokens at once (block decoding, short prompts) are bound by its per-block
+// int16 steps; packed, each block's 8 chunks serve every token with one
+// 8-bit dot product each. Measured on Sapphire Rapids (2 vCPU VM), AVX3_DL,
+// alternating, synthetic files: 125M-shaped `sparrow bench -p 16 -n 0 -r 3
+// -t 1` 391-403 tok/s plain, 743-768 packed; 1.1B-shaped `sparrow batch
+// --block 16 -t 2` (benchmarks/batch_bench.sh, 16 prompts x 16 tokens)
+// 59.2 plain, 80.0 packed. One token (tg64, 125M-shaped, 1 thread) is 2-5%
+// slower packed: 132-133 against 135-140 tok/s.
 //
 // A packed group of 8 rows takes the bytes of the 8 rows it replaces. Per
-// block (Q4_0: 32 elements, 8 x 18 bytes; Q4_K: 256 elements, 8 x 144), in
-// order:
+// block (Q4_0: 32 elements, 8 x 18 bytes; Q8_0: 32 elements, 8 x 34; Q4_K:
+// 256 elements, 8 x 144), in order:
 //   Q4_0: 16 bytes: the rows' f16 scales d, row 0 first;
 //         4 chunks of 32 bytes: chunk k holds at bytes 4r..4r+3 the nibble
 //         bytes qs[4k..4k+3] of row r (byte i: element i low, i + 16 high).
+//   Q8_0: the same with 8 chunks: chunk k holds row r's qs[4k..4k+3].
 //   Q4_K: 16 bytes d[8], 16 bytes dmin[8];
 //         64 bytes: at 8s + r, row r's sub-block s scale sc (6 bits) with
 //         the top 2 bits of its min m in bits 6-7;
@@ -43,7 +53,7 @@ namespace sparrow::simd {
 inline constexpr size_t kPackedRows = 8;
 
 // Types with a packed layout (TypeAbility::kPack in base/tensor_type.cc:
-// Q4_0 and Q4_K).
+// Q4_0, Q4_K and Q8_0).
 bool PackedGemvSupports(TensorType type);
 
 // Packs 8 rows (`row_bytes` apart, `cols` elements each) of a supported
@@ -66,6 +76,15 @@ void UnpackRow(TensorType type, const uint8_t* group, size_t cols, size_t r, uin
 // 1100-1110 -> 1204-1232, 2 threads 1792-1842 -> 1923-1969.
 void UnpackRowToBF16(TensorType type, const uint8_t* group, size_t cols, size_t r,
                      uint8_t* scratch, uint16_t* dst);
+// All 8 rows of a group, row r at dst + r * dst_stride, each bit for bit
+// UnpackRowToBF16's: Q8_0 by transposing each block's chunks in registers
+// where the CPU has AVX512_BF16, other cases row by row through `scratch`.
+// Measured on Sapphire Rapids (2 vCPU VM), `sparrow bench -p 64 -n 0 -r 3
+// -t 1`, 125M-shaped synthetic Q8_0, alternating, tok/s: plain rows (not
+// packed) 1377-1424; packed, row by row 1174-1183; packed, by group
+// 1420-1435.
+void UnpackGroupToBF16(TensorType type, const uint8_t* group, size_t cols, uint8_t* scratch,
+                       uint16_t* dst, size_t dst_stride);
 // Packs the whole groups of a matrix whose rows are back to back (no
 // padding), in place; rows past the last whole group stay as they are.
 void PackMatrix(TensorType type, uint8_t* data, size_t rows, size_t cols);

@@ -19,13 +19,16 @@
 namespace sparrow::simd {
 namespace {
 
-constexpr TensorType kTypes[] = {TensorType::kQ4_0, TensorType::kQ4_K};
+constexpr TensorType kTypes[] = {TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ8_0};
 
 size_t BlockElems(TensorType type) { return type == TensorType::kQ4_K ? 256 : 32; }
-size_t BlockBytes(TensorType type) { return type == TensorType::kQ4_K ? 144 : 18; }
+size_t BlockBytes(TensorType type) {
+  return type == TensorType::kQ4_K ? 144 : type == TensorType::kQ8_0 ? 34 : 18;
+}
 
-// `rows` random rows of `cols` elements: random nibbles and (Q4_K) 6-bit
-// scales and mins, and f16 scales of both signs over two orders of magnitude.
+// `rows` random rows of `cols` elements: random nibbles (Q8_0: bytes, -128
+// included) and (Q4_K) 6-bit scales and mins, and f16 scales of both signs
+// over two orders of magnitude.
 std::vector<uint8_t> RandomRows(TensorType type, size_t rows, size_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> mag(0.001f, 0.1f);
@@ -82,6 +85,17 @@ TEST_CASE("UnpackRowToBF16 is DequantizeRowToBF16 of UnpackRow, on every target"
             REQUIRE(std::memcmp(got.data(), want.data(), cols * sizeof(uint16_t)) == 0);
             REQUIRE(got[cols] == 0xABCD);
           }
+          // The whole group at once: each row as above, in rows of a
+          // wider stride whose gaps stay untouched.
+          const size_t stride = cols + 5;
+          std::vector<uint16_t> all(kPackedRows * stride, 0xABCD);
+          UnpackGroupToBF16(type, packed.data(), cols, scratch.data(), all.data(), stride);
+          for (size_t r = 0; r < kPackedRows; ++r) {
+            CAPTURE(r);
+            UnpackRowToBF16(type, packed.data(), cols, r, scratch.data(), got.data());
+            REQUIRE(std::memcmp(&all[r * stride], got.data(), cols * sizeof(uint16_t)) == 0);
+            for (size_t i = cols; i < stride; ++i) REQUIRE(all[r * stride + i] == 0xABCD);
+          }
         });
       }
       HideCpuExtensionsForTest(false);
@@ -125,6 +139,12 @@ TEST_CASE("PackGroup and UnpackRow are inverses; PackMatrix packs whole groups")
   uint8_t sc[8], m[8];
   UnpackQ4KScales(&k[3 * 144 + 4], sc, m);
   CHECK((kp[32 + 8 * 6 + 3] & 63) == sc[6]);
+  // Q8_0: block 1's scale of row 6, and its quant bytes 28..31 in chunk 7.
+  const std::vector<uint8_t> q = RandomRows(TensorType::kQ8_0, 8, 64, 12);
+  std::vector<uint8_t> qp(q.size());
+  PackGroup(TensorType::kQ8_0, q.data(), 68, 64, qp.data());
+  CHECK(std::memcmp(&qp[272 + 12], &q[6 * 68 + 34], 2) == 0);
+  CHECK(std::memcmp(&qp[272 + 16 + 32 * 7 + 24], &q[6 * 68 + 34 + 2 + 28], 4) == 0);
 }
 
 // The kernels' error against the exact product comes from the int8
@@ -140,6 +160,8 @@ double ErrorBound(TensorType type, const uint8_t* row, size_t cols, const std::v
     uint8_t* blk = zeroed.data() + b * BlockBytes(type);
     if (type == TensorType::kQ4_K) {
       std::memset(blk + 16, 0, 128);
+    } else if (type == TensorType::kQ8_0) {
+      std::memset(blk + 2, 0, 32);  // no offset: all zero
     } else {
       std::memset(blk + 2, 0, 16);
     }
@@ -165,7 +187,7 @@ TEST_CASE("PackedGemv matches the reference within the int8 bound on every targe
     HideCpuExtensionsForTest(hidden);
     for (TensorType type : kTypes) {
       for (size_t blocks : {1, 5, 8}) {
-        const size_t cols = blocks * BlockElems(type) * (type == TensorType::kQ4_0 ? 8 : 1);
+        const size_t cols = blocks * BlockElems(type) * (type == TensorType::kQ4_K ? 1 : 8);
         const size_t groups = 5;
         const size_t rows = groups * kPackedRows;
         const size_t row_bytes = cols / BlockElems(type) * BlockBytes(type);
@@ -208,7 +230,7 @@ TEST_CASE("PackedGemvBatch gives each input PackedGemv's results bit for bit") {
   for (bool hidden : {false, true}) {
     HideCpuExtensionsForTest(hidden);
     for (TensorType type : kTypes) {
-      const size_t cols = BlockElems(type) * (type == TensorType::kQ4_0 ? 12 : 3);
+      const size_t cols = BlockElems(type) * (type == TensorType::kQ4_K ? 3 : 12);
       const size_t groups = 5, rows = groups * kPackedRows;
       std::vector<uint8_t> w = RandomRows(type, rows, cols, 7);
       PackMatrix(type, w.data(), rows, cols);
@@ -290,7 +312,7 @@ TEST_CASE("PackedGemv propagates non-finite activations, and rejects misuse") {
   float y[8];
   CHECK_THROWS_AS(PackedGemv(TensorType::kQ4_0, w.data(), 64, input, 0, 1, y), std::invalid_argument);
   CHECK_THROWS_AS(PackedGemv(TensorType::kQ4_K, w.data(), 32, input, 0, 1, y), std::invalid_argument);
-  CHECK_THROWS_AS(PackedGemv(TensorType::kQ8_0, w.data(), 32, input, 0, 1, y), std::invalid_argument);
+  CHECK_THROWS_AS(PackedGemv(TensorType::kQ8_0, w.data(), 64, input, 0, 1, y), std::invalid_argument);
   CHECK_FALSE(PackedGemvSupports(TensorType::kQ6_K));
 }
 

@@ -345,6 +345,19 @@ HWY_INLINE void ConvertRowToBF16(const float* HWY_RESTRICT src, size_t n,
 // low and i + 16 high) straight to 32 bf16 values: (q - 8) * d as
 // DequantizeQ4_0Row computes it (so also -0 where q = 8 and d < 0), rounded
 // as ConvertRowToBF16 does.
+// One Q8_0 block (scale bits, quant bytes 0..15 and 16..31) to 32 bf16
+// values: each product d * q (DequantizeQ8_0Row's) rounded in a register.
+HWY_INLINE void Q8_0BlockToBF16(uint16_t d_bits, __m128i q_lo, __m128i q_hi,
+                                uint16_t* HWY_RESTRICT dst) {
+  const __m512 d = _mm512_set1_ps(HalfBitsToFloat(d_bits));
+  for (size_t h = 0; h < 2; ++h) {
+    const __m512 v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(h ? q_hi : q_lo)));
+    __m256i out;
+    asm("vcvtneps2bf16 %1, %0" : "=v"(out) : "v"(v));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * h), out);
+  }
+}
+
 HWY_INLINE void Q4_0BlockToBF16(uint16_t d_bits, __m128i qs, uint16_t* HWY_RESTRICT dst) {
   // The 16 values a nibble can stand for, rounded once, then looked up:
   // fewer operations per element than converting each one.
@@ -414,14 +427,9 @@ HWY_INLINE void DequantizeRowToBF16Impl(TensorType type, size_t block_elems,
       hwy::Prefetch(block + 1024);
       uint16_t d_bits;
       std::memcpy(&d_bits, block, 2);
-      const __m512 d = _mm512_set1_ps(HalfBitsToFloat(d_bits));
-      for (size_t h = 0; h < 2; ++h) {
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + 16 * h));
-        const __m512 v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
-        __m256i out;
-        asm("vcvtneps2bf16 %1, %0" : "=v"(out) : "v"(v));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + b * kQ8_0Elems + 16 * h), out);
-      }
+      Q8_0BlockToBF16(d_bits, _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2)),
+                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 18)),
+                      dst + b * kQ8_0Elems);
     }
     return;
   }

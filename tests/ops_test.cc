@@ -112,9 +112,9 @@ TEST_CASE("GetRow dequantizes one row") {
   CHECK(row == expect);
 }
 
-TEST_CASE("packed Q4_0 and Q4_K matrices give the plain matrices' products, rows and batches") {
+TEST_CASE("packed Q4_0, Q4_K and Q8_0 matrices give the plain matrices' products, rows and batches") {
   const size_t rows = 300 + 5, cols = 512, n = 9;  // 38 groups of 8 and 1 plain row
-  for (TensorType type : {TensorType::kQ4_0, TensorType::kQ4_K}) {
+  for (TensorType type : {TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ8_0}) {
     CAPTURE(TensorTypeName(type));
     const QuantizedMatrix plain = MakeMatrix(type, rows, cols, 3);
     QuantizedMatrix packed = MakeMatrix(type, rows, cols, 3);

@@ -53,7 +53,7 @@ ModelWeights BindWeights(const ModelConfig& config,
 //   HugePageBuffer (base/huge_pages.h says why), 64-byte aligned, giving
 //   the source's pages back as each is copied, so memory does not double;
 // - repacks the ones the packed decode kernels are faster for
-//   (ops::WantsPacking: Q4_0 and Q4_K where the CPU has a fast 8-bit dot)
+//   (ops::WantsPacking: Q4_0, Q4_K and Q8_0 where the CPU has a fast 8-bit dot)
 //   when the fast kernels are in use; in place where they were not copied
 //   (a matrix whose memory cannot be made writable then stays as it is).
 // Call it once per storage: the source's bytes are released or changed.

@@ -70,7 +70,12 @@ constexpr size_t kMostForPlainGemm = 24;        // the largest for plain matrice
 constexpr size_t kPackedForBf16Gemm = 48;       // packed ones, with native bf16
 constexpr size_t kMostForPackedGemm = 1024;     // packed ones: above the default batch
 [[maybe_unused]] size_t MinBatchForGemm(const MatrixView& w, bool native_bf16) {
-  if (w.packed) return native_bf16 ? kPackedForBf16Gemm : kMostForPackedGemm;
+  // Packed Q8_0 keeps the plain threshold: oneDNN's bf16 path wins from 32
+  // tokens (125M-shaped, 1 thread: pp32 845 tok/s on the packed kernel, 890
+  // on oneDNN bf16 from plain rows).
+  if (w.packed && w.type != TensorType::kQ8_0) {
+    return native_bf16 ? kPackedForBf16Gemm : kMostForPackedGemm;
+  }
   switch (w.type) {
     case TensorType::kQ6_K: return kFewestForGemm;
     default: return kMostForPlainGemm;  // Q8_0, F16; F32 and BF16 as F16
@@ -295,13 +300,18 @@ void MultiplyByPanels(OneDnn& dnn, const MatrixView& w, const E* src, size_t n, 
   E* panel_data = panel.data();
   for (size_t r0 = 0; r0 < w.rows; r0 += panel_rows) {
     const size_t rows = std::min(panel_rows, w.rows - r0);
-    ParallelFor(rows, 4, [&](size_t begin, size_t end, int) {
+    ParallelFor(rows, w.packed ? simd::kPackedRows : 4, [&](size_t begin, size_t end, int) {
       thread_local std::vector<uint8_t> scratch;  // a packed row, unpacked
       if (w.packed && scratch.size() < w.row_bytes) scratch.resize(w.row_bytes);
       for (size_t r = begin; r < end; ++r) {
         if constexpr (kBf16) {
           const size_t row = r0 + r;
-          if (const uint8_t* group = PackedGroupOf(w, row)) {  // no plain copy on the way
+          const uint8_t* group = PackedGroupOf(w, row);
+          if (group != nullptr && row % simd::kPackedRows == 0 && r + simd::kPackedRows <= end) {
+            simd::UnpackGroupToBF16(w.type, group, w.cols, scratch.data(), panel_data + r * w.cols,
+                                    w.cols);  // the whole group at once
+            r += simd::kPackedRows - 1;
+          } else if (group != nullptr) {  // no plain copy on the way
             simd::UnpackRowToBF16(w.type, group, w.cols, row % simd::kPackedRows, scratch.data(),
                                   panel_data + r * w.cols);
           } else {

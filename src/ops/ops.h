@@ -28,7 +28,7 @@ struct MatrixView {
   size_t rows = 0;
   size_t cols = 0;
   size_t row_bytes = 0;
-  // Q4_0 and Q4_K only: the whole groups of 8 rows are interleaved for the
+  // Q4_0, Q4_K and Q8_0 only: the whole groups of 8 rows are interleaved for the
   // packed decode kernels (simd/packed_gemv.h; see PackForDecode). Read a
   // row's blocks through RowBlocks then, not row().
   bool packed = false;
@@ -43,7 +43,7 @@ const uint8_t* RowBlocks(const MatrixView& w, size_t r, uint8_t* scratch);
 // where row r is stored plain.
 const uint8_t* PackedGroupOf(const MatrixView& w, size_t r);
 
-// Whether PackForDecode would pack w: Q4_0 or Q4_K with whole rows back to
+// Whether PackForDecode would pack w: Q4_0, Q4_K or Q8_0 with whole rows back to
 // back, at least one group of 8, and a CPU whose packed kernels beat the
 // plain ones.
 bool WantsPacking(const MatrixView& w);
