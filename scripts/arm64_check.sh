@@ -89,7 +89,7 @@ aarch64-linux-gnu-readelf -h "$sparrow" | grep -E 'Class|Machine' || true
 # --- 3. Emulated CPUs -------------------------------------------------------
 # name | qemu -cpu | Highway targets that must be available there, best first
 #      | targets simd_tests runs there ("all", or a list; "-": none)
-#      | the 8-bit dot product the 4-bit kernels use there ("plain": none,
+#      | the 8-bit dot product the packed kernels use there ("plain": none,
 #        the 16-bit kernels run instead), as `sparrow info` prints it.
 # SVE code must not depend on the vector length, so SVE and SVE2 run at 128,
 # 256, 512 and 2048 bits; SVE_256 and SVE2_128 are Highway's fixed-length
@@ -196,7 +196,7 @@ for entry in "${cpus[@]}"; do
   IFS='|' read -r name cpu expected _ form <<<"$entry"
   info=$(timeout 300 qemu-aarch64 -cpu "$cpu" "$sparrow" info -m "$model" 2>&1) || {
     bad "sparrow info on $name: $(tail -n 1 <<<"$info")"; continue; }
-  grep -E 'cpu features|simd targets|4-bit kernels' <<<"$info" | sed "s/^ */  [$name] /" || true
+  grep -E 'cpu features|simd targets|Q4_0/Q4_K/Q8_0 kernels' <<<"$info" | sed "s/^ */  [$name] /" || true
   best=${expected%% *}
   if grep -q "simd targets: $expected (in use: $best)" <<<"$info"; then
     ok "sparrow info on $name reports targets {$expected}, using $best"
@@ -204,14 +204,14 @@ for entry in "${cpus[@]}"; do
     bad "sparrow info on $name: expected 'simd targets: $expected (in use: $best)'"
   fi
   if [ "$form" = plain ]; then
-    want="  4-bit kernels: plain rows, 16-bit activations"
+    want="  Q4_0/Q4_K/Q8_0 kernels: plain rows, 16-bit activations"
   else
-    want="  4-bit kernels: packed rows, 8-bit activations, $form"
+    want="  Q4_0/Q4_K/Q8_0 kernels: packed rows, 8-bit activations, $form"
   fi
   if grep -qxF "$want" <<<"$info"; then
-    ok "sparrow info on $name: 4-bit kernels use ${form}"
+    ok "sparrow info on $name: Q4_0/Q4_K/Q8_0 kernels use ${form}"
   else
-    bad "sparrow info on $name: expected '$want' in its 4-bit kernels line"
+    bad "sparrow info on $name: expected '$want' in its Q4_0/Q4_K/Q8_0 kernels line"
   fi
 done
 

@@ -257,12 +257,12 @@ int InfoCommand(int argc, char** argv) {
   std::string targets;
   for (const simd::Target& t : simd::AvailableTargets()) targets += (targets.empty() ? "" : " ") + t.name;
   std::printf("  simd targets: %s (in use: %s)\n", targets.c_str(), simd::CurrentTargetName().c_str());
-  // Q4_0/Q4_K decode kernels: repacked rows times 8-bit activations where
+  // Q4_0/Q4_K/Q8_0 decode kernels: repacked rows times 8-bit activations where
   // the CPU has a native 8-bit dot product, plain rows elsewhere.
   if (simd::PackedGemvPreferred()) {
-    std::printf("  4-bit kernels: packed rows, 8-bit activations, %s\n", simd::PackedGemvDotForm());
+    std::printf("  Q4_0/Q4_K/Q8_0 kernels: packed rows, 8-bit activations, %s\n", simd::PackedGemvDotForm());
   } else {
-    std::printf("  4-bit kernels: plain rows, 16-bit activations\n");
+    std::printf("  Q4_0/Q4_K/Q8_0 kernels: plain rows, 16-bit activations\n");
   }
   std::printf("  prompt batches: %s\n", ops::PromptGemmDescription().c_str());
   std::printf("  threads: %d, oneDNN: %s, OpenMP: %s, io_uring: %s\n", ThreadCount(),

@@ -70,11 +70,12 @@ constexpr size_t kMostForPlainGemm = 24;        // the largest for plain matrice
 constexpr size_t kPackedForBf16Gemm = 48;       // packed ones, with native bf16
 constexpr size_t kMostForPackedGemm = 1024;     // packed ones: above the default batch
 [[maybe_unused]] size_t MinBatchForGemm(const MatrixView& w, bool native_bf16) {
-  // Packed Q8_0 keeps the plain threshold: oneDNN's bf16 path wins from 32
-  // tokens (125M-shaped, 1 thread: pp32 845 tok/s on the packed kernel, 890
-  // on oneDNN bf16 from plain rows).
-  if (w.packed && w.type != TensorType::kQ8_0) {
-    return native_bf16 ? kPackedForBf16Gemm : kMostForPackedGemm;
+  // Packed Q8_0 keeps the plain threshold where oneDNN multiplies bf16,
+  // which wins from 32 tokens (125M-shaped, 1 thread: pp32 845 tok/s on the
+  // packed kernel, 890 on oneDNN bf16 from plain rows).
+  if (w.packed) {
+    if (!native_bf16) return kMostForPackedGemm;
+    return w.type == TensorType::kQ8_0 ? kMostForPlainGemm : kPackedForBf16Gemm;
   }
   switch (w.type) {
     case TensorType::kQ6_K: return kFewestForGemm;
