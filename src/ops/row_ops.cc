@@ -2,7 +2,8 @@
 // row (gate/up parts of neuron records) and weighted sums of rows (down
 // parts, dip columns), through the gather kernels (simd/gather.h), which
 // take the rows as a pointer list and read each row once for the whole
-// batch of tokens. Large batches (kMinBatchForPanels tokens or more) go
+// batch of tokens. Large batches (kMinBatchForPanels tokens or more, unless
+// --prompt-gemm f32: UsePanels) go
 // through oneDNN instead, on panels of the rows (bf16 where MatMul's
 // batches are, else f32), as MatMul does for whole matrices: the dot
 // products as y = x * rows^T, the weighted sums as y += a * rows, which
@@ -13,10 +14,12 @@
 // 193-201.
 //
 // Threads split the row list into fixed contiguous ranges (ParallelFor's
-// split depends only on the sizes and the thread count). For the weighted
-// sums, thread 0 adds into y directly and every other thread into its own
-// zeroed buffer; the buffers are then added to y in thread order, so the
-// result does not depend on scheduling.
+// split depends only on the sizes and the thread count) for the dot
+// products, and the columns for the weighted sums of the gather types, so
+// that neither depends on scheduling, on the thread count or on how a
+// caller splits a set into calls. (Other types' weighted sums: thread 0
+// adds into y directly and every other thread into its own zeroed buffer,
+// added to y in thread order.)
 //
 // Numerics: below kMinBatchForPanels tokens RowDots gives each token the
 // same bits as MatVec (simd::Gemv) would for that row, whatever the batch,
@@ -53,6 +56,20 @@ size_t RowBytes(const RowSet& rows) {
 // of them): the gather kernels beat dequantized panels + oneDNN by 3x at 4
 // tokens and 1.3x at 16, oneDNN wins by 1.6x at 64.
 constexpr size_t kMinBatchForPanels = 32;
+
+// Whether a batch of n tokens goes to oneDNN's panels: from
+// kMinBatchForPanels tokens, unless --prompt-gemm f32 (sparrow batch's
+// default) asks for each token's own results. Then a block's prompt pass
+// gives every sequence the bits of its own run, which the 8-bit activations
+// of the packed kernels downstream need: their rounding turns oneDNN's
+// 1e-6 differences into steps of 1/254 of a block's largest value. 1.1B-
+// shaped Q8_0 bundle at half its size under memcap, 32 prompts x 8 tokens,
+// two threads (with RowAxpys' column split): --block 16 gave 16 of 32 texts
+// of --block 1 with panels for its 160-token prompt passes, at 20.6 tok/s;
+// 32 of 32 without, at 13.4-14.3 (--block 1: 2.86).
+bool UsePanels(size_t n) {
+  return n >= kMinBatchForPanels && GetPromptGemm() != PromptGemm::kF32;
+}
 #endif
 
 // Rows per parallel chunk, so each chunk streams at least ~64 KiB.
@@ -208,7 +225,7 @@ uint64_t RowDotsScratchBytes(size_t cols, size_t max_rows, size_t n) {
   // panel (contiguous rows of a quantized type go to MatMul as they are) is
   // one buffer of the calling thread, charged once with the session's
   // scratch (Session::MemoryBytes), not again here.
-  const uint64_t gather = inputs(std::min(n, kMinBatchForPanels - 1));
+  const uint64_t gather = inputs(n);  // every batch under --prompt-gemm f32
   if (n >= kMinBatchForPanels) {
     const Panel panel = F32Panel(cols, max_rows);
     return gather + panel.bytes + uint64_t{n} * panel.rows * sizeof(float);
@@ -225,7 +242,7 @@ void RowDots(const RowSet& rows, const float* x, size_t n, float* out) {
   const bool fast = GetKernelMode() == KernelMode::kFast;
   if (!simd::GatherSupports(rows.type)) return RowDotsByGemv(rows, x, n, out, fast);
 #if SPARROW_HAVE_ONEDNN
-  if (fast && n >= kMinBatchForPanels) return RowDotsByPanels(rows, x, n, out);
+  if (fast && UsePanels(n)) return RowDotsByPanels(rows, x, n, out);
 #endif
   const uint8_t* const* pointers = RowPointers(rows);
   const size_t count = rows.count;
@@ -248,18 +265,19 @@ void RowDots(const RowSet& rows, const float* x, size_t n, float* out) {
 }
 
 uint64_t RowAxpysScratchBytes(size_t cols, size_t max_rows, size_t n) {
+  if (cols == 0 || n == 0) return 0;
+  // Each thread's row pointers for its columns (RowAxpys' `slice`).
+  const uint64_t slices =
+      uint64_t{static_cast<size_t>(ThreadCount())} * max_rows * sizeof(const uint8_t*);
 #if SPARROW_HAVE_ONEDNN
-  if (cols == 0 || n < kMinBatchForPanels) return 0;
+  if (n < kMinBatchForPanels) return slices;
   // RowAxpysByPanels' panel, and MatMulRowsAdd's bf16 coefficients.
   const Panel panel = F32Panel(cols, max_rows);
   const uint64_t coefficients =
       PromptGemmUsesBf16() ? uint64_t{n} * panel.rows * sizeof(uint16_t) : 0;
-  return panel.bytes + coefficients;
+  return slices + panel.bytes + coefficients;
 #else
-  (void)cols;
-  (void)max_rows;
-  (void)n;
-  return 0;
+  return slices;
 #endif
 }
 
@@ -267,12 +285,41 @@ void RowAxpys(const RowSet& rows, const float* a, size_t n, float* y) {
   if (rows.count == 0 || n == 0) return;
   const bool fast = GetKernelMode() == KernelMode::kFast;
 #if SPARROW_HAVE_ONEDNN
-  if (fast && n >= kMinBatchForPanels) return RowAxpysByPanels(rows, a, n, y);
+  if (fast && UsePanels(n)) return RowAxpysByPanels(rows, a, n, y);
 #endif
   const bool gather = simd::GatherSupports(rows.type);
   const uint8_t* const* pointers = gather ? RowPointers(rows) : nullptr;
   const size_t count = rows.count;
   const size_t cols = rows.cols;
+  if (gather) {
+    // Threads split the columns: each adds every row's terms to its part
+    // of y in row order, so every element gets the one-thread chain of
+    // multiply-adds, whatever the thread count and however a caller splits
+    // a set into calls (the streamed FFN computes cached rows while misses
+    // load, in chunks that depend on what was cached). Summing row ranges
+    // into per-thread buffers instead made the sums depend on those splits,
+    // and the 8-bit activations downstream (packed matrices) turn such
+    // last-bit differences into steps of 1/254: a 1.1B-shaped Q8_0 bundle
+    // at two threads gave --block 2 the text of --block 1 for 15 of 16
+    // prompts (16 of 16 at one thread).
+    const TensorTypeInfo& info = GetTensorTypeInfo(rows.type);
+    const size_t unit = 64;  // columns: whole blocks of every gather type
+    const size_t units = (cols + unit - 1) / unit;
+    const size_t unit_bytes = unit / info.block_elems * info.block_bytes;
+    ParallelFor(units, std::max<size_t>(1, 512 / unit), [&](size_t begin, size_t end, int) {
+      const size_t c0 = begin * unit, width = std::min(cols, end * unit) - c0;
+      thread_local std::vector<const uint8_t*> slice;
+      slice.resize(count);
+      for (size_t k = 0; k < count; ++k) slice[k] = pointers[k] + begin * unit_bytes;
+      if (fast) {
+        simd::AxpyRows(rows.type, slice.data(), count, width, a, count, n, y + c0, cols);
+      } else {
+        simd::AxpyRowsReference(rows.type, slice.data(), count, width, a, count, n, y + c0,
+                                cols);
+      }
+    });
+    return;
+  }
   const size_t span = n * cols;  // one thread's accumulator
   const int threads = ThreadCount();
   thread_local AlignedBuffer<float> partial;
