@@ -234,21 +234,15 @@ HWY_INLINE void ScaledHalfScales(DF df, const uint8_t* HWY_RESTRICT blocks,
 }
 
 // s[r][b] = a[r] * (scale of block g0 + b of row r) for the blocks g0..
-// (at most Lanes(dfull)) of each of the kRows rows; with `offsets` (Q4_0),
-// also adds s[r][b] to offsets[g0 + b], rows in order.
+// (at most Lanes(dfull)) of each of the kRows rows.
 template <size_t kRows, class DF>
 HWY_INLINE void CoeffScales(DF dfull, const uint8_t* const* rows, const float* a,
                             size_t block_bytes, size_t nblocks, size_t g0,
-                            float (*s)[kMaxFloatLanes], float* HWY_RESTRICT offsets) {
+                            float (*s)[kMaxFloatLanes]) {
   const size_t count = std::min(hn::Lanes(dfull), nblocks - g0);
   const size_t at = g0 * block_bytes;
   for (size_t r = 0; r < kRows; ++r) {
     ScaledHalfScales(dfull, rows[r] + at, block_bytes, count, a[r], s[r]);
-    if (offsets != nullptr) {
-      // offsets has slack past nblocks; lanes past `count` add garbage there.
-      hn::StoreU(hn::Add(hn::LoadU(dfull, offsets + g0), hn::Load(dfull, s[r])), dfull,
-                 offsets + g0);
-    }
   }
 }
 
@@ -309,7 +303,7 @@ HWY_INLINE void FloatAxpys(const uint8_t* const* HWY_RESTRICT rows,
 template <size_t kRows>
 HWY_INLINE void Q8_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
                           const float* HWY_RESTRICT a, size_t nblocks, float* HWY_RESTRICT y,
-                          float* HWY_RESTRICT /*offsets*/, Prefetcher<kRows>& pf) {
+                          Prefetcher<kRows>& pf) {
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
   const hn::CappedTag<float, 32> df;  // at most one block per vector
@@ -325,10 +319,10 @@ HWY_INLINE void Q8_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
     return hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, p)));
   };
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
-  CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, 0, sw[0], nullptr);
+  CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, 0, sw[0]);
   size_t cur = 0;
   for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
-    if (g0 + G < nblocks) CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, g0 + G, sw[cur ^ 1], nullptr);
+    if (g0 + G < nblocks) CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, g0 + G, sw[cur ^ 1]);
     const size_t count = std::min(G, nblocks - g0);
     const float(*s)[kMaxFloatLanes] = sw[cur];
     for (size_t b = 0; b < count; ++b) {
@@ -348,12 +342,14 @@ HWY_INLINE void Q8_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
 }
 
 // Q4_0: byte i of a block holds nibbles for elements i (low) and i + 16
-// (high); y += (a * d) * nibble here, and the caller applies -8 * sum(a * d)
-// per block at the end (`offsets` collects the sums).
+// (high); y += (a * d) * (nibble - 8), one multiply-add per row as for the
+// other types. (Applying the -8 once per block at the end, from the sum of
+// the rows' a * d, saved two integer subtractions per 16 elements but made
+// the result depend on how a set was split into calls.)
 template <size_t kRows>
 HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
                           const float* HWY_RESTRICT a, size_t nblocks, float* HWY_RESTRICT y,
-                          float* HWY_RESTRICT offsets, Prefetcher<kRows>& pf) {
+                          Prefetcher<kRows>& pf) {
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
   const hn::CappedTag<float, 16> df;  // at most one block's 16 bytes
@@ -367,19 +363,20 @@ HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
   const uint8_t* const r2 = rows[2 % kRows];
   const uint8_t* const r3 = rows[3 % kRows];
   const auto mask = hn::Set(di32, 15);
-  // Adds s * (this row's low and high nibbles) to lo and hi.
+  const auto eight = hn::Set(di32, 8);
+  // Adds s * (this row's low and high nibbles, minus 8) to lo and hi.
   auto step = [&](const uint8_t* p, float s, hn::Vec<decltype(df)>& lo,
                   hn::Vec<decltype(df)>& hi) HWY_ATTR {
     const auto bytes = hn::BitCast(di32, hn::PromoteTo(du32, hn::LoadU(du8, p)));
     const auto sv = hn::Set(df, s);
-    lo = hn::MulAdd(sv, hn::ConvertTo(df, hn::And(bytes, mask)), lo);
-    hi = hn::MulAdd(sv, hn::ConvertTo(df, hn::ShiftRight<4>(bytes)), hi);
+    lo = hn::MulAdd(sv, hn::ConvertTo(df, hn::Sub(hn::And(bytes, mask), eight)), lo);
+    hi = hn::MulAdd(sv, hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(bytes), eight)), hi);
   };
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
-  CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, 0, sw[0], offsets);
+  CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, 0, sw[0]);
   size_t cur = 0;
   for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
-    if (g0 + G < nblocks) CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, g0 + G, sw[cur ^ 1], offsets);
+    if (g0 + G < nblocks) CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, g0 + G, sw[cur ^ 1]);
     const size_t count = std::min(G, nblocks - g0);
     const float(*s)[kMaxFloatLanes] = sw[cur];
     for (size_t b = 0; b < count; ++b) {
@@ -400,27 +397,13 @@ HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
   }
 }
 
-// y[32 b + i] += -8 * offsets[b] for every block b (Q4_0's final step;
-// -8 * offsets[b] is exact).
-HWY_INLINE void ApplyQ4_0Offsets(const float* HWY_RESTRICT offsets, size_t nblocks,
-                                 float* HWY_RESTRICT y) {
-  const hn::CappedTag<float, 32> df;
-  const size_t N = hn::Lanes(df);
-  for (size_t b = 0; b < nblocks; ++b) {
-    const auto o = hn::Set(df, -8.0f * offsets[b]);
-    for (size_t e = 0; e < 32; e += N) {
-      hn::StoreU(hn::Add(hn::LoadU(df, y + 32 * b + e), o), df, y + 32 * b + e);
-    }
-  }
-}
-
 template <typename WT>
 struct FloatAxpy {
   static constexpr bool kQuantized = false;
   static size_t RowBytes(size_t cols) { return cols * sizeof(WT); }
   template <size_t kRows>
   static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, size_t cols,
-                             float* y, float* /*offsets*/, Prefetcher<kRows>& pf) {
+                             float* y, Prefetcher<kRows>& pf) {
     FloatAxpys<WT, kRows>(rows, a, cols, y, pf);
   }
 };
@@ -429,8 +412,8 @@ struct Q8_0Axpy {
   static size_t RowBytes(size_t cols) { return cols / 32 * sizeof(BlockQ8_0); }
   template <size_t kRows>
   static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, size_t cols,
-                             float* y, float* offsets, Prefetcher<kRows>& pf) {
-    Q8_0Axpys<kRows>(rows, a, cols / 32, y, offsets, pf);
+                             float* y, Prefetcher<kRows>& pf) {
+    Q8_0Axpys<kRows>(rows, a, cols / 32, y, pf);
   }
 };
 struct Q4_0Axpy {
@@ -438,8 +421,8 @@ struct Q4_0Axpy {
   static size_t RowBytes(size_t cols) { return cols / 32 * sizeof(BlockQ4_0); }
   template <size_t kRows>
   static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, size_t cols,
-                             float* y, float* offsets, Prefetcher<kRows>& pf) {
-    Q4_0Axpys<kRows>(rows, a, cols / 32, y, offsets, pf);
+                             float* y, Prefetcher<kRows>& pf) {
+    Q4_0Axpys<kRows>(rows, a, cols / 32, y, pf);
   }
 };
 
@@ -463,19 +446,16 @@ HWY_INLINE void NextAxpyGroup(const uint8_t* const* rows, const float* a, size_t
 
 template <class K, size_t kRows>
 HWY_INLINE void RunAxpyGroup(const AxpyGroup& g, const AxpyGroup& next, size_t cols,
-                             size_t row_bytes, PrefetchFrom prefetched, float* y,
-                             float* offsets) {
+                             size_t row_bytes, PrefetchFrom prefetched, float* y) {
   Prefetcher<kRows> pf(g.rows, NextRows{next.rows, next.m}, row_bytes, prefetched);
-  K::template Run<kRows>(g.rows, g.coeff, cols, y, offsets, pf);
+  K::template Run<kRows>(g.rows, g.coeff, cols, y, pf);
 }
 
 // One token: the rows with a nonzero coefficient, four at a time, in order.
-// `offsets` (Q4_0): cols / 32 floats plus slack, zeroed here.
 template <class K>
 HWY_INLINE void AxpyOneToken(const uint8_t* const* rows, size_t count, size_t cols,
-                             const float* a, float* y, float* offsets) {
+                             const float* a, float* y) {
   const size_t row_bytes = K::RowBytes(cols);
-  if (offsets != nullptr) std::fill(offsets, offsets + cols / 32 + kGemvPad, 0.0f);
   size_t k = 0;
   AxpyGroup cur, next;
   NextAxpyGroup(rows, a, count, &k, &cur);
@@ -485,23 +465,22 @@ HWY_INLINE void AxpyOneToken(const uint8_t* const* rows, size_t count, size_t co
   while (cur.m != 0) {
     switch (cur.m) {
       case 4:
-        RunAxpyGroup<K, 4>(cur, next, cols, row_bytes, prefetched, y, offsets);
+        RunAxpyGroup<K, 4>(cur, next, cols, row_bytes, prefetched, y);
         break;
       case 3:
-        RunAxpyGroup<K, 3>(cur, next, cols, row_bytes, prefetched, y, offsets);
+        RunAxpyGroup<K, 3>(cur, next, cols, row_bytes, prefetched, y);
         break;
       case 2:
-        RunAxpyGroup<K, 2>(cur, next, cols, row_bytes, prefetched, y, offsets);
+        RunAxpyGroup<K, 2>(cur, next, cols, row_bytes, prefetched, y);
         break;
       default:
-        RunAxpyGroup<K, 1>(cur, next, cols, row_bytes, prefetched, y, offsets);
+        RunAxpyGroup<K, 1>(cur, next, cols, row_bytes, prefetched, y);
         break;
     }
     prefetched = PrefetchFrom::kCovered;
     cur = next;
     NextAxpyGroup(rows, a, count, &k, &next);
   }
-  if (offsets != nullptr) ApplyQ4_0Offsets(offsets, cols / 32, y);
 }
 
 // ------------------------------------------------------------ batched axpys
@@ -514,7 +493,7 @@ inline constexpr size_t kTileCols = 512;
 inline constexpr size_t kTileBlocks = kTileCols / 32;
 
 // Elements [c0, c0 + len) of a row into `out` as f32: the weights for float
-// types; for Q8_0 the integers q and for Q4_0 the nibbles, with the block
+// types; for Q8_0 the integers q and for Q4_0 the nibbles minus 8, with the block
 // scales (kTileBlocks + slack of them) in `scales`. c0 and len are whole
 // blocks for the quantized types.
 HWY_INLINE void ConvertSpan(TensorType type, const uint8_t* row, size_t c0, size_t len,
@@ -565,8 +544,11 @@ HWY_INLINE void ConvertSpan(TensorType type, const uint8_t* row, size_t c0, size
         const uint8_t* qs = blocks + b * sizeof(BlockQ4_0) + 2;
         for (size_t e = 0; e < 16; e += N) {
           const auto bytes = hn::BitCast(di32, hn::PromoteTo(du32, hn::LoadU(du8, qs + e)));
-          hn::Store(hn::ConvertTo(df, hn::And(bytes, hn::Set(di32, 15))), df, out + 32 * b + e);
-          hn::Store(hn::ConvertTo(df, hn::ShiftRight<4>(bytes)), df, out + 32 * b + 16 + e);
+          const auto eight = hn::Set(di32, 8);
+          hn::Store(hn::ConvertTo(df, hn::Sub(hn::And(bytes, hn::Set(di32, 15)), eight)), df,
+                    out + 32 * b + e);
+          hn::Store(hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(bytes), eight)), df,
+                    out + 32 * b + 16 + e);
         }
       }
       return;
@@ -651,12 +633,11 @@ HWY_INLINE void TileAxpys(size_t m, const float* const* q, const float* c,
 // n tokens: groups of up to kAxpyGroupRows rows that some token needs; per
 // column tile, the group is converted once and applied to every token
 // (skipping the rows whose coefficient is zero for that token), with the
-// same per-element operations as AxpyOneToken. `offsets` (Q4_0): n rows of
-// `offset_stride` floats, zeroed here.
+// same per-element operations as AxpyOneToken.
 template <bool kQuantized>
 HWY_INLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t count,
                           size_t cols, const float* a, size_t a_stride, size_t n,
-                          float* y, size_t y_stride, float* offsets, size_t offset_stride) {
+                          float* y, size_t y_stride) {
   const hn::ScalableTag<float> dfull;
   [[maybe_unused]] const size_t G = hn::Lanes(dfull);
   HWY_ALIGN float tile[kAxpyGroupRows][kTileCols];
@@ -665,7 +646,6 @@ HWY_INLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t co
   // Lanes past a short last tile are loaded but never stored; zero them
   // once so no uninitialised value is ever read.
   std::memset(tile, 0, sizeof(tile));
-  if (offsets != nullptr) std::fill(offsets, offsets + n * offset_stride, 0.0f);
   size_t picked[kAxpyGroupRows];
   size_t k = 0;
   while (k < count) {
@@ -693,9 +673,7 @@ HWY_INLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t co
           q[used] = tile[r];
           c[used] = coeff;
           if constexpr (kQuantized) {
-            // s = coeff * d per block, as the one-token kernels compute it,
-            // and the Q4_0 offset sums in row order.
-            float* ot = offsets != nullptr ? offsets + t * offset_stride + c0 / 32 : nullptr;
+            // s = coeff * d per block, as the one-token kernels compute it.
             for (size_t b = 0; b < nb; b += G) {
               const auto sv = hn::Mul(hn::LoadU(dfull, scales[r] + b), hn::Set(dfull, coeff));
               if (nb - b >= G) {
@@ -705,9 +683,6 @@ HWY_INLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t co
                 hn::Store(sv, dfull, part);
                 std::memcpy(s[used] + b, part, (nb - b) * sizeof(float));
               }
-              if (ot != nullptr) {
-                for (size_t i = b; i < std::min(nb, b + G); ++i) ot[i] += s[used][i];
-              }
             }
           }
           ++used;
@@ -716,38 +691,30 @@ HWY_INLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t co
       }
     }
   }
-  if (offsets != nullptr) {
-    for (size_t t = 0; t < n; ++t) {
-      ApplyQ4_0Offsets(offsets + t * offset_stride, cols / 32, y + t * y_stride);
-    }
-  }
 }
 
-// The caller has checked the type and cols. `scratch` holds at least
-// n * (cols / 32 + kGemvPad) floats (Q4_0's offset sums).
+// The caller has checked the type and cols.
 HWY_INLINE void AxpyRowsImpl(TensorType type, const uint8_t* const* rows, size_t count,
                              size_t cols, const float* a, size_t a_stride, size_t n,
-                             float* y, size_t y_stride, float* scratch) {
-  float* offsets = type == TensorType::kQ4_0 ? scratch : nullptr;
+                             float* y, size_t y_stride) {
   if (n > 1) {
     const bool quantized = type == TensorType::kQ8_0 || type == TensorType::kQ4_0;
     if (quantized) {
-      return AxpyBatch<true>(type, rows, count, cols, a, a_stride, n, y, y_stride, offsets,
-                             cols / 32 + kGemvPad);
+      return AxpyBatch<true>(type, rows, count, cols, a, a_stride, n, y, y_stride);
     }
-    return AxpyBatch<false>(type, rows, count, cols, a, a_stride, n, y, y_stride, nullptr, 0);
+    return AxpyBatch<false>(type, rows, count, cols, a, a_stride, n, y, y_stride);
   }
   switch (type) {
     case TensorType::kF32:
-      return AxpyOneToken<FloatAxpy<float>>(rows, count, cols, a, y, nullptr);
+      return AxpyOneToken<FloatAxpy<float>>(rows, count, cols, a, y);
     case TensorType::kF16:
-      return AxpyOneToken<FloatAxpy<hwy::float16_t>>(rows, count, cols, a, y, nullptr);
+      return AxpyOneToken<FloatAxpy<hwy::float16_t>>(rows, count, cols, a, y);
     case TensorType::kBF16:
-      return AxpyOneToken<FloatAxpy<hwy::bfloat16_t>>(rows, count, cols, a, y, nullptr);
+      return AxpyOneToken<FloatAxpy<hwy::bfloat16_t>>(rows, count, cols, a, y);
     case TensorType::kQ8_0:
-      return AxpyOneToken<Q8_0Axpy>(rows, count, cols, a, y, nullptr);
+      return AxpyOneToken<Q8_0Axpy>(rows, count, cols, a, y);
     case TensorType::kQ4_0:
-      return AxpyOneToken<Q4_0Axpy>(rows, count, cols, a, y, offsets);
+      return AxpyOneToken<Q4_0Axpy>(rows, count, cols, a, y);
     default:
       return;
   }

@@ -19,11 +19,7 @@ void DotRowsT(TensorType type, const uint8_t* const* rows, size_t count, size_t 
 
 void AxpyRowsT(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
                const float* a, size_t a_stride, size_t n, float* y, size_t y_stride) {
-  // Q4_0's per-block offset sums, per thread, reused across calls.
-  thread_local AlignedBuffer<float> scratch;
-  const size_t need = type == TensorType::kQ4_0 ? n * (cols / 32 + kGemvPad) : 0;
-  if (scratch.size() < need) scratch.Reset(need);
-  AxpyRowsImpl(type, rows, count, cols, a, a_stride, n, y, y_stride, scratch.data());
+  AxpyRowsImpl(type, rows, count, cols, a, a_stride, n, y, y_stride);
 }
 
 }  // namespace HWY_NAMESPACE

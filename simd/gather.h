@@ -44,10 +44,10 @@ void DotRows(TensorType type, const uint8_t* const* rows, size_t count,
 // and an add):
 //   F32/F16/BF16: y = y + a * w           (w exact: the promotions are)
 //   Q8_0:         y = y + s * q           s = a * d rounded to f32 once
-//   Q4_0:         y = y + s * nibble, and after all rows y = y - 8 * S with
-//                 S the f32 sum of the block's s in row order.
+//   Q4_0:         y = y + s * (nibble - 8)
 // So each term carries at most one more rounding than a * w itself, and the
-// result is the same for every n and batch composition (gather_test.cc
+// result is the same for every n and batch composition, and a split of the
+// rows into calls adds them in the same order (gather_test.cc
 // checks both bit for bit against a scalar model of these chains).
 void AxpyRows(TensorType type, const uint8_t* const* rows, size_t count,
               size_t cols, const float* a, size_t a_stride, size_t n, float* y,

@@ -247,19 +247,18 @@ namespace {
 // (gather.h) runs m multiply-adds y <- y + s_k q_k, with s_k = a_k d_k
 // rounded once (relative error u = 2^-24, which moves the result by at most
 // u sum |a_k w_k|), each step rounding at most twice by u of a partial
-// bounded by |y0| + sum |s_k q_k|; for Q4_0 q_k is the raw nibble (up to 15,
-// where the element is d (q - 8)) and m more additions form S = sum s_k,
-// applied as -8 S in one more rounding. With o_k = -8 d_k (Q4_0's offset,
-// zero otherwise) every partial is below M = |y0| + sum |a_k| (|w_k| +
-// 3 |o_k|), so the error is at most (2m + 3) u M, plus the reference's own
-// rounding u |ref|.
+// bounded by |y0| + sum |s_k q_k| (for Q4_0 q_k is the nibble minus 8, the
+// element being d q). Every partial is below M = |y0| + sum |a_k| (|w_k| +
+// 3 |o_k|) (o_k = -8 d_k, Q4_0's offset, zero otherwise: a margin kept from
+// when the kernel applied it apart), so the error is at most (2m + 3) u M,
+// plus the reference's own rounding u |ref|.
 double AxpyTolerance(double magnitude, size_t m, double ref) {
   const double u = std::ldexp(1.0, -24);
   return 1.01 * static_cast<double>(2 * m + 3) * u * magnitude + u * std::fabs(ref) + 1e-30;
 }
 
-// The scale and the integer of element i of a quantized row (q is the raw
-// nibble for Q4_0).
+// The scale and the integer of element i of a quantized row (q is the
+// nibble minus 8 for Q4_0).
 void ScaleAndQuant(TensorType type, const uint8_t* row, size_t i, float* d, float* q) {
   const size_t block_bytes = GetTensorTypeInfo(type).block_bytes;
   const uint8_t* block = row + i / 32 * block_bytes;
@@ -270,7 +269,7 @@ void ScaleAndQuant(TensorType type, const uint8_t* row, size_t i, float* d, floa
   if (type == TensorType::kQ8_0) {
     *q = static_cast<float>(static_cast<int8_t>(block[2 + e]));
   } else {
-    *q = static_cast<float>(e < 16 ? block[2 + e] & 15 : block[2 + e - 16] >> 4);
+    *q = static_cast<float>((e < 16 ? block[2 + e] & 15 : block[2 + e - 16] >> 4) - 8);
   }
 }
 
@@ -346,7 +345,6 @@ TEST_CASE("AxpyRows matches the reference, the exact multiply-add chain, and its
           const size_t at = t * y_stride + i;
           double magnitude = std::fabs(double(y0[at]));
           size_t m = 0;
-          float sum_s = 0.0f;  // Q4_0's S
           for (size_t k = 0; k < c.count; ++k) {
             const float coeff = a[t * a_stride + k];
             if (coeff == 0.0f) continue;
@@ -358,15 +356,10 @@ TEST_CASE("AxpyRows matches the reference, the exact multiply-add chain, and its
               float d;
               ScaleAndQuant(type, rows[k], i, &d, &value);
               scale = coeff * d;
-              sum_s = sum_s + scale;
             }
             fused[at] = std::fma(scale, value, fused[at]);
             const float product = scale * value;
             separate[at] = separate[at] + product;
-          }
-          if (type == TensorType::kQ4_0 && m > 0) {
-            fused[at] = fused[at] + -8.0f * sum_s;
-            separate[at] = separate[at] + -8.0f * sum_s;
           }
           tol[at] = AxpyTolerance(magnitude, m, ref[at]);
         }
