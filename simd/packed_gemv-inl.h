@@ -88,16 +88,6 @@ HWY_INLINE void PackedQ4_0OneGroup(const uint8_t* HWY_RESTRICT p, size_t nblocks
   for (size_t r = 0; r < 8; ++r) y[r] = acc[r] - 8.0f * off[r];
 }
 
-// (Dots is unused: scalar code has one form.)
-template <class Dots>
-HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
-                                    size_t nblocks, const int8_t* HWY_RESTRICT xq,
-                                    const float* HWY_RESTRICT sx,
-                                    const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
-                                    float* HWY_RESTRICT y2) {
-  PackedQ4_0OneGroup(p, nblocks, xq, sx, sums, y);
-  if (p2 != nullptr) PackedQ4_0OneGroup(p2, nblocks, xq, sx, sums, y2);
-}
 
 // Row r's sub-block s scale and min from a packed Q4_K super-block.
 HWY_INLINE void PackedQ4_KScaleMin(const uint8_t* p, size_t r, size_t s, int32_t& sc,
@@ -143,15 +133,6 @@ HWY_INLINE void PackedQ4_KOneGroup(const uint8_t* HWY_RESTRICT p, size_t nsuper,
   for (size_t r = 0; r < 8; ++r) y[r] = acc[r] - mins[r];
 }
 
-template <class Dots>
-HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
-                                    size_t nsuper, const int8_t* HWY_RESTRICT xq,
-                                    const float* HWY_RESTRICT sx,
-                                    const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
-                                    float* HWY_RESTRICT y2) {
-  PackedQ4_KOneGroup(p, nsuper, xq, sx, sums, y);
-  if (p2 != nullptr) PackedQ4_KOneGroup(p2, nsuper, xq, sx, sums, y2);
-}
 
 HWY_INLINE void PackedQ8_0OneGroup(const uint8_t* HWY_RESTRICT p, size_t nblocks,
                                    const int8_t* HWY_RESTRICT xq,
@@ -174,14 +155,33 @@ HWY_INLINE void PackedQ8_0OneGroup(const uint8_t* HWY_RESTRICT p, size_t nblocks
   for (size_t r = 0; r < 8; ++r) y[r] = acc[r];
 }
 
-template <class Dots>
-HWY_INLINE void PackedQ8_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
-                                    size_t nblocks, const int8_t* HWY_RESTRICT xq,
-                                    const float* HWY_RESTRICT sx,
-                                    const float* HWY_RESTRICT /*sums*/, float* HWY_RESTRICT y,
-                                    float* HWY_RESTRICT y2) {
-  PackedQ8_0OneGroup(p, nblocks, xq, sx, y);
-  if (p2 != nullptr) PackedQ8_0OneGroup(p2, nblocks, xq, sx, y2);
+// The scalar target's frame: each group on its own, row by row (Dots is
+// unused: scalar code has one form).
+struct PackedQ4_0Kernel {
+  static void OneGroup(const uint8_t* p, size_t nblocks, const int8_t* xq, const float* sx,
+                       const float* sums, float* y) {
+    PackedQ4_0OneGroup(p, nblocks, xq, sx, sums, y);
+  }
+};
+struct PackedQ4_KKernel {
+  static void OneGroup(const uint8_t* p, size_t nsuper, const int8_t* xq, const float* sx,
+                       const float* sums, float* y) {
+    PackedQ4_KOneGroup(p, nsuper, xq, sx, sums, y);
+  }
+};
+struct PackedQ8_0Kernel {
+  static void OneGroup(const uint8_t* p, size_t nblocks, const int8_t* xq, const float* sx,
+                       const float* /*sums*/, float* y) {
+    PackedQ8_0OneGroup(p, nblocks, xq, sx, y);
+  }
+};
+template <class Kernel, class Dots>
+HWY_INLINE void PackedGroupPair(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
+                                size_t nblocks, const int8_t* HWY_RESTRICT xq,
+                                const float* HWY_RESTRICT sx, const float* HWY_RESTRICT sums,
+                                float* HWY_RESTRICT y, float* HWY_RESTRICT y2) {
+  Kernel::OneGroup(p, nblocks, xq, sx, sums, y);
+  if (p2 != nullptr) Kernel::OneGroup(p2, nblocks, xq, sx, sums, y2);
 }
 #else
 
@@ -238,49 +238,63 @@ HWY_INLINE void PackedQ4_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
   off_b = hn::MulAdd(scale_b, vsum, off_b);
 }
 
-// Groups of 8 rows at `p` and, on targets whose vectors hold 8 rows, `p2`
-// (nullptr: none): y[0..7] and y2[0..7]. Two groups at a time share the
-// activation loads and keep two streams in flight.
-template <class Dots>
-HWY_INLINE void PackedQ4_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
-                                    size_t nblocks, const int8_t* HWY_RESTRICT xq,
-                                    const float* HWY_RESTRICT sx,
-                                    const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
-                                    float* HWY_RESTRICT y2) {
-  // At most 32 bytes (8 rows) per vector; 128-bit targets take a group's
-  // chunks as two parts of 4 rows.
+// The single-input packed kernels' common frame: groups of 8 rows at `p`
+// and, on targets whose vectors hold 8 rows, `p2` (nullptr: none), giving
+// y[0..7] and y2[0..7]. Two groups at a time share the activation loads and
+// keep two streams in flight; 128-bit targets take a group's chunks as two
+// parts of 4 rows instead. Kernel gives the bytes of one block of 8 rows
+// (kBlockBytes), one block's work on two vectors' rows (Block, with an
+// accumulator and a second sum per vector: Q4_0's offsets, Q4_K's mins) and
+// the rows' results from those (Result).
+template <class Kernel, class Dots>
+HWY_INLINE void PackedGroupPair(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
+                                size_t nblocks, const int8_t* HWY_RESTRICT xq,
+                                const float* HWY_RESTRICT sx, const float* HWY_RESTRICT sums,
+                                float* HWY_RESTRICT y, float* HWY_RESTRICT y2) {
   const hn::CappedTag<uint8_t, 32> du8;
   const hn::Repartition<float, decltype(du8)> df;
   static_assert(hn::MaxLanes(du8) >= 16, "needs at least 128-bit vectors");
   const bool two_parts = hn::Lanes(du8) < 32;
   if (two_parts && p2 != nullptr) {  // a group fills both halves here
-    PackedQ4_0GroupImpl<Dots>(p2, nullptr, nblocks, xq, sx, sums, y2, nullptr);
+    PackedGroupPair<Kernel, Dots>(p2, nullptr, nblocks, xq, sx, sums, y2, nullptr);
     p2 = nullptr;
   }
   const uint8_t* pb = two_parts ? p : (p2 != nullptr ? p2 : p);
   const size_t part_b = two_parts ? 1 : 0;
+  constexpr size_t kBytes = Kernel::kBlockBytes;
   auto acc_a = hn::Zero(df), acc_b = hn::Zero(df);
-  auto off_a = hn::Zero(df), off_b = hn::Zero(df);
-  for (size_t b = 0; b < nblocks; ++b, p += kPackedBlockBytes, pb += kPackedBlockBytes) {
-    hwy::Prefetch(p + 2048);
-    hwy::Prefetch(p + 2048 + 64);
-    hwy::Prefetch(p + 2048 + 128);
+  auto more_a = hn::Zero(df), more_b = hn::Zero(df);
+  for (size_t b = 0; b < nblocks; ++b, p += kBytes, pb += kBytes) {
+    for (size_t i = 0; i < kBytes; i += 64) hwy::Prefetch(p + 2048 + i);
     if (!two_parts && p2 != nullptr) {
-      hwy::Prefetch(pb + 2048);
-      hwy::Prefetch(pb + 2048 + 64);
-      hwy::Prefetch(pb + 2048 + 128);
+      for (size_t i = 0; i < kBytes; i += 64) hwy::Prefetch(pb + 2048 + i);
     }
-    PackedQ4_0Parts<Dots>(du8, df, p, 0, pb, part_b, xq + 32 * b, hn::Set(df, sx[b]),
-                    hn::Set(df, sums[b]), acc_a, off_a, acc_b, off_b);
+    Kernel::template Block<Dots>(du8, df, p, pb, part_b, b, xq, sx, sums, acc_a, more_a, acc_b,
+                                 more_b);
   }
-  const auto eight = hn::Set(df, 8.0f);
-  hn::StoreU(hn::NegMulAdd(eight, off_a, acc_a), df, y);
+  hn::StoreU(Kernel::Result(df, acc_a, more_a), df, y);
   if (two_parts) {
-    hn::StoreU(hn::NegMulAdd(eight, off_b, acc_b), df, y + hn::Lanes(df));
+    hn::StoreU(Kernel::Result(df, acc_b, more_b), df, y + hn::Lanes(df));
   } else if (p2 != nullptr) {
-    hn::StoreU(hn::NegMulAdd(eight, off_b, acc_b), df, y2);
+    hn::StoreU(Kernel::Result(df, acc_b, more_b), df, y2);
   }
 }
+
+struct PackedQ4_0Kernel {
+  static constexpr size_t kBlockBytes = kPackedBlockBytes;
+  template <class Dots, class DU8, class DF, class VF>
+  static HWY_INLINE void Block(DU8 du8, DF df, const uint8_t* pa, const uint8_t* pb,
+                               size_t part_b, size_t b, const int8_t* xq, const float* sx,
+                               const float* sums, VF& acc_a, VF& off_a, VF& acc_b, VF& off_b) {
+    PackedQ4_0Parts<Dots>(du8, df, pa, 0, pb, part_b, xq + 32 * b, hn::Set(df, sx[b]),
+                          hn::Set(df, sums[b]), acc_a, off_a, acc_b, off_b);
+  }
+  template <class DF, class VF>
+  static HWY_INLINE VF Result(DF df, VF acc, VF off) {
+    return hn::NegMulAdd(hn::Set(df, 8.0f), off, acc);
+  }
+};
+
 
 // A signed-weight dot product's int32 lanes (int8_dot-inl.h) as floats,
 // without the form's bias: dot(w, x) exactly (|dot| < 2^24, and the bias
@@ -333,38 +347,22 @@ HWY_INLINE void PackedQ8_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
   acc_b = hn::MulAdd(SignedDotToFloat<Dots>(df, dot_b, sum), scale_b, acc_b);
 }
 
-// Groups at `p` and (nullptr: none) `p2`, as PackedQ4_0GroupImpl.
-template <class Dots>
-HWY_INLINE void PackedQ8_0GroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
-                                    size_t nblocks, const int8_t* HWY_RESTRICT xq,
-                                    const float* HWY_RESTRICT sx,
-                                    const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
-                                    float* HWY_RESTRICT y2) {
-  const hn::CappedTag<uint8_t, 32> du8;
-  const hn::Repartition<float, decltype(du8)> df;
-  const bool two_parts = hn::Lanes(du8) < 32;
-  if (two_parts && p2 != nullptr) {  // a group fills both halves here
-    PackedQ8_0GroupImpl<Dots>(p2, nullptr, nblocks, xq, sx, sums, y2, nullptr);
-    p2 = nullptr;
-  }
-  const uint8_t* pb = two_parts ? p : (p2 != nullptr ? p2 : p);
-  const size_t part_b = two_parts ? 1 : 0;
-  auto acc_a = hn::Zero(df), acc_b = hn::Zero(df);
-  for (size_t b = 0; b < nblocks; ++b, p += kPackedQ8BlockBytes, pb += kPackedQ8BlockBytes) {
-    for (size_t i = 0; i < kPackedQ8BlockBytes; i += 64) hwy::Prefetch(p + 2048 + i);
-    if (!two_parts && p2 != nullptr) {
-      for (size_t i = 0; i < kPackedQ8BlockBytes; i += 64) hwy::Prefetch(pb + 2048 + i);
-    }
-    PackedQ8_0Parts<Dots>(du8, df, p, 0, pb, part_b, xq + 32 * b, hn::Set(df, sx[b]), sums[b],
+struct PackedQ8_0Kernel {
+  static constexpr size_t kBlockBytes = kPackedQ8BlockBytes;
+  template <class Dots, class DU8, class DF, class VF>
+  static HWY_INLINE void Block(DU8 du8, DF df, const uint8_t* pa, const uint8_t* pb,
+                               size_t part_b, size_t b, const int8_t* xq, const float* sx,
+                               const float* sums, VF& acc_a, VF& /*unused*/, VF& acc_b,
+                               VF& /*unused*/) {
+    PackedQ8_0Parts<Dots>(du8, df, pa, 0, pb, part_b, xq + 32 * b, hn::Set(df, sx[b]), sums[b],
                           acc_a, acc_b);
   }
-  hn::StoreU(acc_a, df, y);
-  if (two_parts) {
-    hn::StoreU(acc_b, df, y + hn::Lanes(df));
-  } else if (p2 != nullptr) {
-    hn::StoreU(acc_b, df, y2);
+  template <class DF, class VF>
+  static HWY_INLINE VF Result(DF, VF acc, VF /*unused*/) {
+    return acc;
   }
-}
+};
+
 
 // For a vector's rows (from row0) of a packed Q4_K super-block at p, and
 // sub-blocks 2g + h (h = 0, 1): dsc_h = d * scale and dm_h = dmin * min.
@@ -450,39 +448,22 @@ HWY_INLINE void PackedQ4_KParts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
   }
 }
 
-// Groups at `p` and (nullptr: none) `p2`, as PackedQ4_0GroupImpl.
-template <class Dots>
-HWY_INLINE void PackedQ4_KGroupImpl(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
-                                    size_t nsuper, const int8_t* HWY_RESTRICT xq,
-                                    const float* HWY_RESTRICT sx,
-                                    const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
-                                    float* HWY_RESTRICT y2) {
-  const hn::CappedTag<uint8_t, 32> du8;
-  const hn::Repartition<float, decltype(du8)> df;
-  const bool two_parts = hn::Lanes(du8) < 32;
-  if (two_parts && p2 != nullptr) {  // a group fills both halves here
-    PackedQ4_KGroupImpl<Dots>(p2, nullptr, nsuper, xq, sx, sums, y2, nullptr);
-    p2 = nullptr;
+struct PackedQ4_KKernel {
+  static constexpr size_t kBlockBytes = kPackedSuperBytes;
+  template <class Dots, class DU8, class DF, class VF>
+  static HWY_INLINE void Block(DU8 du8, DF df, const uint8_t* pa, const uint8_t* pb,
+                               size_t part_b, size_t sb, const int8_t* xq, const float* sx,
+                               const float* sums, VF& acc_a, VF& mins_a, VF& acc_b,
+                               VF& mins_b) {
+    PackedQ4_KParts<Dots>(du8, df, pa, 0, pb, part_b, xq + 256 * sb, sx + 8 * sb, sums + 8 * sb,
+                          acc_a, mins_a, acc_b, mins_b);
   }
-  const uint8_t* pb = two_parts ? p : (p2 != nullptr ? p2 : p);
-  const size_t part_b = two_parts ? 1 : 0;
-  auto acc_a = hn::Zero(df), acc_b = hn::Zero(df);
-  auto mins_a = hn::Zero(df), mins_b = hn::Zero(df);
-  for (size_t sb = 0; sb < nsuper; ++sb, p += kPackedSuperBytes, pb += kPackedSuperBytes) {
-    for (size_t i = 0; i < kPackedSuperBytes; i += 64) hwy::Prefetch(p + 2048 + i);
-    if (!two_parts && p2 != nullptr) {
-      for (size_t i = 0; i < kPackedSuperBytes; i += 64) hwy::Prefetch(pb + 2048 + i);
-    }
-    PackedQ4_KParts<Dots>(du8, df, p, 0, pb, part_b, xq + 256 * sb, sx + 8 * sb, sums + 8 * sb, acc_a,
-                    mins_a, acc_b, mins_b);
+  template <class DF, class VF>
+  static HWY_INLINE VF Result(DF, VF acc, VF mins) {
+    return hn::Sub(acc, mins);
   }
-  hn::StoreU(hn::Sub(acc_a, mins_a), df, y);
-  if (two_parts) {
-    hn::StoreU(hn::Sub(acc_b, mins_b), df, y + hn::Lanes(df));
-  } else if (p2 != nullptr) {
-    hn::StoreU(hn::Sub(acc_b, mins_b), df, y2);
-  }
-}
+};
+
 
 
 #if !HWY_HAVE_SCALABLE
@@ -791,15 +772,16 @@ HWY_INLINE void PackedGemvWith(TensorType type, const uint8_t* HWY_RESTRICT data
       float* yt = y + t * y_stride;
       float* y2 = pair ? yt + 8 * g2 : nullptr;
       const int8_t* xq = x[t].quantized();
+      const uint8_t* pg = data + g * group_bytes;
       if (k_quant) {
-        PackedQ4_KGroupImpl<Dots>(data + g * group_bytes, p2, nblocks, xq, x[t].scales(), x[t].sums(),
-                            yt + 8 * g, y2);
+        PackedGroupPair<PackedQ4_KKernel, Dots>(pg, p2, nblocks, xq, x[t].scales(), x[t].sums(),
+                                                yt + 8 * g, y2);
       } else if (q8) {
-        PackedQ8_0GroupImpl<Dots>(data + g * group_bytes, p2, nblocks, xq, x[t].scales(),
-                                  x[t].sums(), yt + 8 * g, y2);
+        PackedGroupPair<PackedQ8_0Kernel, Dots>(pg, p2, nblocks, xq, x[t].scales(), x[t].sums(),
+                                                yt + 8 * g, y2);
       } else {
-        PackedQ4_0GroupImpl<Dots>(data + g * group_bytes, p2, nblocks, xq, x[t].scales(), x[t].sums(),
-                            yt + 8 * g, y2);
+        PackedGroupPair<PackedQ4_0Kernel, Dots>(pg, p2, nblocks, xq, x[t].scales(), x[t].sums(),
+                                                yt + 8 * g, y2);
       }
     }
   };

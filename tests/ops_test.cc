@@ -229,6 +229,7 @@ TEST_CASE("RowAxpys on gathered rows: the same bits for any thread count and any
     for (size_t n : {size_t{1}, size_t{6}, size_t{40}}) {
       CAPTURE(n);
       const std::vector<float> y0 = RandomVector(n * cols, 12);
+      const std::vector<float> all = RandomVector(n * index.size(), 13);  // the coefficients
       std::vector<float> want;
       for (int threads : {1, 2}) {
         SetThreadCount(threads);
@@ -245,7 +246,6 @@ TEST_CASE("RowAxpys on gathered rows: the same bits for any thread count and any
             set.index = index.data() + first;
             set.count = count;
             std::vector<float> a(n * count);
-            const std::vector<float> all = RandomVector(n * index.size(), 13);
             for (size_t t = 0; t < n; ++t) {
               for (size_t k = 0; k < count; ++k) a[t * count + k] = all[t * index.size() + first + k];
             }
