@@ -112,10 +112,10 @@ void RowDots(const RowSet& rows, const float* x, size_t n, float* out);
 uint64_t RowDotsScratchBytes(size_t cols, size_t max_rows, size_t n);
 // y[t] += sum_k a[t * rows.count + k] * row k for t < n (y is n x cols).
 void RowAxpys(const RowSet& rows, const float* a, size_t n, float* y);
-// Bytes of the scratch RowAxpys keeps on its calling thread for batches of
-// up to n tokens over sets of at most `max_rows` rows of `cols` elements
-// (0 where it needs none; its per-thread sums are the caller's to charge).
-uint64_t RowAxpysScratchBytes(size_t cols, size_t max_rows, size_t n);
+// Bytes of the scratch RowAxpys keeps for batches of up to n tokens over
+// sets of at most `max_rows` rows of `cols` elements of `type`, on all its
+// threads (0 where it needs none).
+uint64_t RowAxpysScratchBytes(TensorType type, size_t cols, size_t max_rows, size_t n);
 // y (n x w.cols) += a (n x w.rows, row stride lda) * w, for an F32 or BF16
 // matrix w (RowAxpys' panels), through oneDNN (builds with it only); bf16
 // rounds a like MatMul's activations.

@@ -264,11 +264,16 @@ void RowDots(const RowSet& rows, const float* x, size_t n, float* out) {
   });
 }
 
-uint64_t RowAxpysScratchBytes(size_t cols, size_t max_rows, size_t n) {
+uint64_t RowAxpysScratchBytes(TensorType type, size_t cols, size_t max_rows, size_t n) {
   if (cols == 0 || n == 0) return 0;
-  // Each thread's row pointers for its columns (RowAxpys' `slice`).
-  const uint64_t slices =
-      uint64_t{static_cast<size_t>(ThreadCount())} * max_rows * sizeof(const uint8_t*);
+  const uint64_t threads = static_cast<uint64_t>(ThreadCount());
+  // Each thread's row pointers for its columns (RowAxpys' `slice`); for the
+  // types without a gather kernel, each thread's dequantized row
+  // (AxpyRangeByRow) and every thread's but the caller's sums (`partial`).
+  uint64_t slices = threads * max_rows * sizeof(const uint8_t*);
+  if (!simd::GatherSupports(type)) {
+    slices += (threads * cols + (threads - 1) * uint64_t{n} * cols) * sizeof(float);
+  }
 #if SPARROW_HAVE_ONEDNN
   if (n < kMinBatchForPanels) return slices;
   // RowAxpysByPanels' panel, and MatMulRowsAdd's bf16 coefficients.
@@ -335,14 +340,7 @@ void RowAxpys(const RowSet& rows, const float* a, size_t n, float* y) {
       std::fill(acc, acc + span, 0.0f);
       used[thread] = 1;
     }
-    if (!gather) return AxpyRangeByRow(rows, a, n, begin, end, acc, fast);
-    if (fast) {
-      simd::AxpyRows(rows.type, pointers + begin, end - begin, cols, a + begin, count, n, acc,
-                     cols);
-    } else {
-      simd::AxpyRowsReference(rows.type, pointers + begin, end - begin, cols, a + begin, count,
-                              n, acc, cols);
-    }
+    AxpyRangeByRow(rows, a, n, begin, end, acc, fast);
   });
   for (int thread = 1; thread < threads; ++thread) {
     if (!used[thread]) continue;

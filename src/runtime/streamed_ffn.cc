@@ -91,14 +91,13 @@ size_t AxpyRowElems(const bundle::Bundle& b) {
   return elems;
 }
 
-// Per-thread partial sums of RowAxpys plus the panels of batched RowDots
-// and RowAxpys (over chunks of at most `width` rows).
-uint64_t KernelScratchBytes(const bundle::Bundle& b, const ModelConfig& c, size_t width,
-                            size_t max_batch) {
-  const size_t widest = std::max<size_t>(c.d_model, width);
-  return Floats(static_cast<size_t>(ThreadCount()) * (max_batch + 1) * widest) +
-         ops::RowDotsScratchBytes(DotRowElems(b), /*max_rows=*/width, max_batch) +
-         ops::RowAxpysScratchBytes(AxpyRowElems(b), /*max_rows=*/width, max_batch);
+// The row kernels' scratch: RowDots' prepared inputs and panels, RowAxpys'
+// row pointers, panels and (types without a gather kernel) per-thread sums,
+// over chunks of at most `width` rows.
+uint64_t KernelScratchBytes(const bundle::Bundle& b, size_t width, size_t max_batch) {
+  return ops::RowDotsScratchBytes(DotRowElems(b), /*max_rows=*/width, max_batch) +
+         ops::RowAxpysScratchBytes(b.record_type(), AxpyRowElems(b), /*max_rows=*/width,
+                                   max_batch);
 }
 
 }  // namespace
@@ -110,7 +109,7 @@ uint64_t StreamedFeedForward::MinimumBytes(const bundle::Bundle& b, const Stream
     bytes += GroupBytes(g, s.eviction, std::min(kMinRowsPerGroup, g.n_units));
   }
   const size_t width = ActivationWidth(b, c);
-  bytes += KernelScratchBytes(b, c, width, max_batch);
+  bytes += KernelScratchBytes(b, width, max_batch);
   bytes += ActivationBytes(c, width, max_batch);
   return bytes;
 }
@@ -138,7 +137,7 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
   prefetch_across_groups_ = policy_.kind() == SparsityKind::kDense;
 
   const size_t act_width = ActivationWidth(bundle, config);
-  budget.Charge(KernelScratchBytes(bundle, config, act_width, max_batch), "kernel scratch",
+  budget.Charge(KernelScratchBytes(bundle, act_width, max_batch), "kernel scratch",
                 minimum_hint);
 
   // What is left, less the activation scratch, goes to the caches in
