@@ -12,9 +12,9 @@
 // random order (a token's working set in a cache that is not ordered by
 // need). Each repetition uses another copy of the cache, the copies
 // together being several times the last-level cache, so rows come from DRAM.
-// One repetition is what src/ops/row_ops.cc does for one call: prepare the
-// activations (DotRows), split the row list over ParallelFor, and for
-// AxpyRows accumulate into per-thread buffers that are summed in order.
+// One repetition is what src/ops/row_ops.cc does for one call: for DotRows
+// prepare the activations and split the row list over ParallelFor, for
+// AxpyRows split the columns (each thread adds every row to its columns).
 // Before each repetition the probe reads as many bytes as the repetition's
 // rows hold (StreamProbe: from its own buffer, never cached), so both
 // medians see the same machine conditions.
@@ -231,32 +231,24 @@ void Dots(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols,
   });
 }
 
-// One AxpyRows call as the ops layer makes it: thread 0 adds into y, the
-// others into zeroed buffers that are then added to y in thread order.
+// One AxpyRows call as the ops layer makes it (ops::RowAxpys for the
+// gather types): the threads split the columns, 64 at a time, and each adds
+// every row's terms to its columns of y.
 void Axpys(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols,
-           const float* a, size_t n, AlignedBuffer<float>& partial, float* y,
-           size_t row_bytes, CallTimer& timer) {
+           const float* a, size_t n, float* y, CallTimer& timer) {
   const size_t count = rows.size();
-  const int threads = ThreadCount();
-  std::vector<char> used(threads, 0);
-  ParallelFor(count, Grain(row_bytes), [&](size_t begin, size_t end, int thread) {
+  const TensorTypeInfo& info = GetTensorTypeInfo(type);
+  constexpr size_t kUnit = 64;  // columns: whole blocks of every gather type
+  const size_t unit_bytes = kUnit / info.block_elems * info.block_bytes;
+  ParallelFor((cols + kUnit - 1) / kUnit, 512 / kUnit, [&](size_t begin, size_t end, int) {
     timer.Body([&] {
-      float* acc = y;
-      if (thread != 0) {
-        acc = partial.data() + static_cast<size_t>(thread - 1) * n * cols;
-        std::fill(acc, acc + n * cols, 0.0f);
-        used[thread] = 1;
-      }
-      simd::AxpyRows(type, rows.data() + begin, end - begin, cols, a + begin, count, n, acc,
-                     cols);
+      const size_t c0 = begin * kUnit;
+      thread_local std::vector<const uint8_t*> columns;
+      columns.resize(count);
+      for (size_t k = 0; k < count; ++k) columns[k] = rows[k] + begin * unit_bytes;
+      simd::AxpyRows(type, columns.data(), count, std::min(cols, end * kUnit) - c0, a, count, n,
+                     y + c0, cols);
     });
-  });
-  timer.Serial([&] {
-    for (int t = 1; t < threads; ++t) {
-      if (used[t]) {
-        simd::AddInPlace(partial.data() + static_cast<size_t>(t - 1) * n * cols, y, n * cols);
-      }
-    }
   });
 }
 
@@ -386,13 +378,9 @@ int Main(int argc, char** argv) {
       }
       std::vector<float> out(n * shape.count), y(n * cols);
       std::vector<simd::GemvInput> inputs(n);
-      AlignedBuffer<float> partial;
 
       for (int threads : thread_counts) {
         SetThreadCount(threads);
-        if (static_cast<size_t>(threads - 1) * n * cols > partial.size()) {
-          partial.Reset(static_cast<size_t>(threads - 1) * n * cols);
-        }
         for (int kernel = 0; kernel < 2; ++kernel) {
           if ((kernel == 0 && !run_dot) || (kernel == 1 && !run_axpy)) continue;
           const size_t part = kernel == 0 || parts == 1 ? 0 : 2;  // gate or down
@@ -413,8 +401,7 @@ int Main(int argc, char** argv) {
                 Dots(type, rows, cols, x.data(), n, inputs, out.data(), caches.part_bytes,
                      timer);
               } else {
-                Axpys(type, rows, cols, coeff.data(), n, partial, y.data(), caches.part_bytes,
-                      timer);
+                Axpys(type, rows, cols, coeff.data(), n, y.data(), timer);
               }
               return timer.Seconds();
             };
