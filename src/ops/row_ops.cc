@@ -270,19 +270,19 @@ uint64_t RowAxpysScratchBytes(TensorType type, size_t cols, size_t max_rows, siz
   // Each thread's row pointers for its columns (RowAxpys' `slice`); for the
   // types without a gather kernel, each thread's dequantized row
   // (AxpyRangeByRow) and every thread's but the caller's sums (`partial`).
-  uint64_t slices = threads * max_rows * sizeof(const uint8_t*);
+  uint64_t bytes = threads * max_rows * sizeof(const uint8_t*);
   if (!simd::GatherSupports(type)) {
-    slices += (threads * cols + (threads - 1) * uint64_t{n} * cols) * sizeof(float);
+    bytes += (threads * cols + (threads - 1) * uint64_t{n} * cols) * sizeof(float);
   }
 #if SPARROW_HAVE_ONEDNN
-  if (n < kMinBatchForPanels) return slices;
+  if (n < kMinBatchForPanels) return bytes;
   // RowAxpysByPanels' panel, and MatMulRowsAdd's bf16 coefficients.
   const Panel panel = F32Panel(cols, max_rows);
   const uint64_t coefficients =
       PromptGemmUsesBf16() ? uint64_t{n} * panel.rows * sizeof(uint16_t) : 0;
-  return slices + panel.bytes + coefficients;
+  return bytes + panel.bytes + coefficients;
 #else
-  return slices;
+  return bytes;
 #endif
 }
 
