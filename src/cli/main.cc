@@ -11,6 +11,7 @@
 #include <cxxopts.hpp>
 
 #include "base/error.h"
+#include "base/heap_release.h"
 #include "simd/targets.h"
 #include "sparrow_config.h"
 #include "src/cli/commands.h"
@@ -132,4 +133,7 @@ int RunCommand(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return FinishStandardOutput(RunCommand(argc, argv)); }
+int main(int argc, char** argv) {
+  sparrow::ReturnLargeBlocksOnFree();  // before the first model's buffers
+  return FinishStandardOutput(RunCommand(argc, argv));
+}
