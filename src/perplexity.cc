@@ -36,6 +36,7 @@ PerplexityResult ComputePerplexity(
   const size_t first = n_ctx / 2;
   const std::unique_ptr<Session> owned = loaded.NewSession(n_ctx, 1);
   Session& session = *owned;
+  const size_t step = std::max<size_t>(session.max_batch(), 1);
   std::vector<int32_t> chunk(n_ctx);
   double nll = 0.0, nll2 = 0.0;
   size_t count = 0;
@@ -43,12 +44,20 @@ PerplexityResult ComputePerplexity(
     std::copy_n(tokens.begin() + c * n_ctx, n_ctx, chunk.begin());
     if (tok.add_bos() && tok.bos_id() >= 0) chunk[0] = tok.bos_id();
     session.Reset();
-    const float* logits = session.Eval(chunk.data(), n_ctx, /*all_logits=*/true);
-    for (size_t j = first; j + 1 < n_ctx; ++j) {
-      const double lp = LogProbability(logits + j * n_vocab, n_vocab, chunk[j + 1]);
-      nll -= lp;
-      nll2 += lp * lp;
-      ++count;
+    // Pass by pass, as Eval would cut the whole chunk (the same passes, so
+    // the same figures), so that only one pass's logits are held: the
+    // budget charges max_batch rows of them, not n_ctx.
+    for (size_t start = 0; start < n_ctx; start += step) {
+      const size_t n = std::min(step, n_ctx - start);
+      const bool scored = start + n > first;
+      const float* logits = session.Eval(chunk.data() + start, n, /*all_logits=*/scored);
+      if (!scored) continue;
+      for (size_t j = std::max(first, start); j < start + n && j + 1 < n_ctx; ++j) {
+        const double lp = LogProbability(logits + (j - start) * n_vocab, n_vocab, chunk[j + 1]);
+        nll -= lp;
+        nll2 += lp * lp;
+        ++count;
+      }
     }
     if (on_chunk) on_chunk(c, std::exp(nll / count));
   }

@@ -26,7 +26,8 @@ struct PerplexityResult {
 
 // Runs in one session of `loaded` (LoadedModel::NewSession) of n_ctx
 // positions, which the budget should have been charged for with
-// EngineOptions::logits_rows = n_ctx. max_chunks = 0: all whole chunks.
+// EngineOptions::logits_rows = n_ctx (a chunk is evaluated pass by pass, so
+// the charge is for one pass's rows). max_chunks = 0: all whole chunks.
 // on_chunk(i, running_ppl) after each.
 PerplexityResult ComputePerplexity(
     const LoadedModel& loaded, const std::vector<int32_t>& tokens, size_t n_ctx,

@@ -116,6 +116,8 @@ class Session {
   const float* EvalBatch(const std::vector<BatchToken>& batch);
 
   size_t n_seqs() const { return kv_.size(); }
+  // Tokens per forward pass: Eval cuts longer calls into passes of this many.
+  size_t max_batch() const { return max_batch_; }
   size_t n_past(size_t seq = 0) const { return n_past_[seq]; }
   size_t n_ctx() const { return kv_[0].n_ctx(); }
   // Forgets sequence `seq` (its slot then starts a new one at position 0).
