@@ -107,9 +107,9 @@ struct RowSet {
 void RowDots(const RowSet& rows, const float* x, size_t n, float* out);
 // Bytes of the scratch RowDots keeps on its calling thread for batches of
 // up to n tokens over sets of at most `max_rows` rows of `cols` elements
-// (exactly that many: a narrower row gets a taller panel; 0 where it needs
-// none).
-uint64_t RowDotsScratchBytes(size_t cols, size_t max_rows, size_t n);
+// of `type` (exactly that many: a narrower row gets a taller panel; 0
+// where it needs none).
+uint64_t RowDotsScratchBytes(TensorType type, size_t cols, size_t max_rows, size_t n);
 // y[t] += sum_k a[t * rows.count + k] * row k for t < n (y is n x cols).
 void RowAxpys(const RowSet& rows, const float* a, size_t n, float* y);
 // Bytes of the scratch RowAxpys keeps for batches of up to n tokens over

@@ -212,29 +212,27 @@ void RowAxpysByPanels(const RowSet& rows, const float* a, size_t n, float* y) {
 
 }  // namespace
 
-uint64_t RowDotsScratchBytes(size_t cols, size_t max_rows, size_t n) {
+uint64_t RowDotsScratchBytes(TensorType type, size_t cols, size_t max_rows, size_t n) {
   if (cols == 0 || n == 0) return 0;
-  // The gather kernels' prepared inputs, one per token (RowDots' own
-  // thread_local; Q8_0's and Q4_0's are the largest of the record types).
-  const auto inputs = [&](size_t tokens) {
-    return tokens * std::max(simd::GemvInput::Bytes(TensorType::kQ8_0, cols),
-                             simd::GemvInput::Bytes(TensorType::kQ4_0, cols));
-  };
+  const uint64_t input = simd::GemvInput::Bytes(type, cols);
+  // Types without a gather kernel: RowDotsByGemv's one prepared input.
+  if (!simd::GatherSupports(type)) return input;
+  // The gather kernels' prepared inputs, one per token, and the set's row
+  // pointers (RowDots' and RowPointers' thread_locals; RowAxpys on the
+  // same thread reuses the pointers).
+  const uint64_t gather = n * input + uint64_t{max_rows} * sizeof(const uint8_t*);
 #if SPARROW_HAVE_ONEDNN
   // RowDotsByPanels' panel and result, sized as it sizes them. MatMul's own
   // panel (contiguous rows of a quantized type go to MatMul as they are) is
   // one buffer of the calling thread, charged once with the session's
-  // scratch (Session::MemoryBytes), not again here.
-  const uint64_t gather = inputs(n);  // every batch under --prompt-gemm f32
+  // scratch (Session::MemoryBytes), not again here. Under --prompt-gemm f32
+  // every batch takes the gather kernels.
   if (n >= kMinBatchForPanels) {
     const Panel panel = F32Panel(cols, max_rows);
     return gather + panel.bytes + uint64_t{n} * panel.rows * sizeof(float);
   }
-  return gather;
-#else
-  (void)max_rows;
-  return inputs(n);
 #endif
+  return gather;
 }
 
 void RowDots(const RowSet& rows, const float* x, size_t n, float* out) {

@@ -95,7 +95,8 @@ size_t AxpyRowElems(const bundle::Bundle& b) {
 // row pointers, panels and (types without a gather kernel) per-thread sums,
 // over chunks of at most `width` rows.
 uint64_t KernelScratchBytes(const bundle::Bundle& b, size_t width, size_t max_batch) {
-  return ops::RowDotsScratchBytes(DotRowElems(b), /*max_rows=*/width, max_batch) +
+  return ops::RowDotsScratchBytes(b.record_type(), DotRowElems(b), /*max_rows=*/width,
+                                  max_batch) +
          ops::RowAxpysScratchBytes(b.record_type(), AxpyRowElems(b), /*max_rows=*/width,
                                    max_batch);
 }
