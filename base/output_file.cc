@@ -176,6 +176,17 @@ void TempFile::Commit() {
   }
   Unregister(slot_);
   committed_ = true;
+  // The rename is durable once the directory is synced. Some file systems
+  // cannot sync a directory (EINVAL); the file itself already is.
+  const int dir = ::open(DirectoryOf(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    const int err = ::fsync(dir) != 0 ? errno : 0;
+    ::close(dir);
+    if (err != 0 && err != EINVAL) {
+      ThrowInputError("wrote '", target_, "' but could not sync its directory: ",
+                      std::strerror(err));
+    }
+  }
 }
 
 void WriteFileAtomically(const std::string& path, std::string_view text, std::string_view what) {

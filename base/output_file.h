@@ -42,9 +42,10 @@ class TempFile {
   int ReleaseFd();
   // Writes all of `data` at the descriptor's position; InputError on failure.
   void Write(const void* data, size_t bytes);
-  // fsync(2) and close(2) the descriptor if still owned, then renames the
-  // file over the target. InputError naming the reason on failure (the
-  // temporary file is then removed by the destructor).
+  // fsync(2) and close(2) the descriptor if still owned, renames the file
+  // over the target and syncs the directory, so the new file survives a
+  // power loss. InputError naming the reason on failure (before the rename,
+  // the temporary file is then removed by the destructor).
   void Commit();
 
  private:

