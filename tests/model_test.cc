@@ -137,13 +137,14 @@ TEST_CASE("stories260K: a batch mixing sequences gives each the logits it gets a
   std::vector<BatchToken> bad_seq = {{1, 2, true}};
   CHECK_THROWS_AS(small.EvalBatch(bad_seq), InputError);
   small.Reset(1);
-  // The budget charges one KV cache per sequence.
+  // The budget charges one KV cache and one row of logits per sequence.
   const ModelConfig& c = model->config();
   const SessionShape one{256, 64, {}, 1, 1, 1};
   SessionShape three = one;
   three.n_seqs = 3;
   CHECK(Session::MemoryBytes(c, three, true) - Session::MemoryBytes(c, one, true) ==
-        2 * KvCache::Bytes(KvShape{c.n_layers, 256, c.n_kv_heads, c.head_dim}, {}));
+        2 * KvCache::Bytes(KvShape{c.n_layers, 256, c.n_kv_heads, c.head_dim}, {}) +
+            2 * c.n_vocab * sizeof(float));
 }
 
 TEST_CASE("a missing model file is an InputError naming it") {
@@ -292,6 +293,10 @@ TEST_CASE("the workspace allocates what its plan charges") {
     CHECK(Session::MemoryBytes(c, shape, dense) ==
           2 * KvCache::Bytes(KvShape{c.n_layers, 128, c.n_kv_heads, c.head_dim}, {}) +
               plan.Bytes());
+    // Each of 8 sequences may want its token's logits from one call.
+    const SessionShape eight{128, 32, {}, 8, 1, 3};
+    const SessionShape eight_rows{128, 32, {}, 8, 8, 3};
+    CHECK(Session::MemoryBytes(c, eight, dense) == Session::MemoryBytes(c, eight_rows, dense));
   }
 }
 

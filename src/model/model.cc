@@ -114,8 +114,11 @@ const SessionShape& Checked(const SessionShape& shape) {
 WorkspacePlan PlanOf(const ModelConfig& c, const SessionShape& shape, bool dense_ffn) {
   const size_t threads =
       shape.threads > 0 ? shape.threads : static_cast<size_t>(std::max(ThreadCount(), 1));
-  return WorkspacePlan::For(c, shape.n_ctx, PassTokens(shape), shape.logits_rows, threads,
-                            dense_ffn);
+  // A call takes the logits of one token of each sequence at least (sparrow
+  // batch's blocks): EvalBatch would otherwise grow the buffer past what the
+  // budget was charged for.
+  const size_t logits_rows = std::max(shape.logits_rows, std::max<size_t>(shape.n_seqs, 1));
+  return WorkspacePlan::For(c, shape.n_ctx, PassTokens(shape), logits_rows, threads, dense_ffn);
 }
 
 }  // namespace
