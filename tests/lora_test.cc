@@ -16,18 +16,14 @@
 #include "simd/quantize.h"
 #include "src/lora.h"
 #include "tests/error_test_util.h"
+#include "tests/shared_path.h"
 
 namespace sparrow {
 namespace {
 
 using testing::Contains;
 using testing::ErrorOf;
-
-std::string Shared(const std::string& rel) {
-  const char* dir = std::getenv("SPARROW_SHARED_DIR");
-  REQUIRE_MESSAGE(dir != nullptr, "SPARROW_SHARED_DIR must point at ../shared");
-  return std::string(dir) + "/" + rel;
-}
+using testing::SharedPath;
 
 std::vector<float> TensorF32(const gguf::TensorInfo& t) {
   std::vector<float> out(t.n_elements);
@@ -36,7 +32,7 @@ std::vector<float> TensorF32(const gguf::TensorInfo& t) {
 }
 
 TEST_CASE("lora: the GGUF adapter fixture reads as llama.cpp defines it") {
-  const LoraAdapterFile a = ReadLoraAdapter(Shared("models/lora/stories260K-lora-r4.gguf"));
+  const LoraAdapterFile a = ReadLoraAdapter(SharedPath("models/lora/stories260K-lora-r4.gguf"));
   CHECK(a.format == "gguf");
   CHECK(a.architecture == "llama");
   CHECK(a.alpha == 8.0f);
@@ -66,11 +62,11 @@ TEST_CASE("lora: Hugging Face module names map to GGUF tensor names") {
 // lora_B rows in Hugging Face order: after the permutation both must give
 // the same fused weights, and every adapted tensor must change.
 TEST_CASE("lora: the PEFT and GGUF forms of the same adapter fuse to the same weights") {
-  gguf::GgufFile from_gguf = gguf::GgufFile::Open(Shared("models/stories260K.gguf"));
-  gguf::GgufFile from_peft = gguf::GgufFile::Open(Shared("models/stories260K.gguf"));
-  const gguf::GgufFile plain = gguf::GgufFile::Open(Shared("models/stories260K.gguf"));
-  const FusedLora a = FusedLora::Fuse(from_gguf, {{Shared("models/lora/stories260K-lora-r4.gguf")}});
-  const FusedLora b = FusedLora::Fuse(from_peft, {{Shared("models/lora/stories260K-lora-r4-peft")}});
+  gguf::GgufFile from_gguf = gguf::GgufFile::Open(SharedPath("models/stories260K.gguf"));
+  gguf::GgufFile from_peft = gguf::GgufFile::Open(SharedPath("models/stories260K.gguf"));
+  const gguf::GgufFile plain = gguf::GgufFile::Open(SharedPath("models/stories260K.gguf"));
+  const FusedLora a = FusedLora::Fuse(from_gguf, {{SharedPath("models/lora/stories260K-lora-r4.gguf")}});
+  const FusedLora b = FusedLora::Fuse(from_peft, {{SharedPath("models/lora/stories260K-lora-r4-peft")}});
   a.ApplyTo(from_gguf);
   b.ApplyTo(from_peft);
   REQUIRE(a.changes().size() == 35);
@@ -93,9 +89,9 @@ TEST_CASE("lora: the PEFT and GGUF forms of the same adapter fuse to the same we
 }
 
 TEST_CASE("lora: scales add up, and two adapters sum") {
-  gguf::GgufFile once = gguf::GgufFile::Open(Shared("models/stories260K.gguf"));
-  gguf::GgufFile twice = gguf::GgufFile::Open(Shared("models/stories260K.gguf"));
-  const std::string adapter = Shared("models/lora/stories260K-lora-r4.gguf");
+  gguf::GgufFile once = gguf::GgufFile::Open(SharedPath("models/stories260K.gguf"));
+  gguf::GgufFile twice = gguf::GgufFile::Open(SharedPath("models/stories260K.gguf"));
+  const std::string adapter = SharedPath("models/lora/stories260K-lora-r4.gguf");
   const FusedLora a = FusedLora::Fuse(once, {{adapter, 2.0f}});
   const FusedLora b = FusedLora::Fuse(twice, {{adapter, 1.0f}, {adapter, 1.0f}});
   a.ApplyTo(once);
@@ -109,13 +105,13 @@ TEST_CASE("lora: scales add up, and two adapters sum") {
 }
 
 TEST_CASE("lora: adapters that do not fit the model are refused, naming the tensor") {
-  gguf::GgufFile tiny = gguf::GgufFile::Open(Shared("models/llama-2-tiny-random.gguf"));
+  gguf::GgufFile tiny = gguf::GgufFile::Open(SharedPath("models/llama-2-tiny-random.gguf"));
   const std::string msg = ErrorOf(
-      [&] { FusedLora::Fuse(tiny, {{Shared("models/lora/stories260K-lora-r4.gguf")}}); });
+      [&] { FusedLora::Fuse(tiny, {{SharedPath("models/lora/stories260K-lora-r4.gguf")}}); });
   CHECK(Contains(msg, "stories260K-lora-r4.gguf"));
   CHECK(Contains(msg, ".weight"));
-  gguf::GgufFile stories = gguf::GgufFile::Open(Shared("models/stories260K.gguf"));
-  CHECK(Contains(ErrorOf([&] { FusedLora::Fuse(stories, {{Shared("models/stories260K.gguf")}}); }),
+  gguf::GgufFile stories = gguf::GgufFile::Open(SharedPath("models/stories260K.gguf"));
+  CHECK(Contains(ErrorOf([&] { FusedLora::Fuse(stories, {{SharedPath("models/stories260K.gguf")}}); }),
                  "not a LoRA adapter"));
   CHECK(Contains(ErrorOf([&] { ReadLoraAdapter("/nonexistent/adapter.gguf"); }), "cannot open"));
 }

@@ -14,16 +14,13 @@
 
 #include "base/error.h"
 #include "src/ops/ops.h"
+#include "tests/shared_path.h"
 
 using namespace sparrow;
 
 namespace {
 
-std::string SharedPath(const std::string& rel) {
-  const char* dir = std::getenv("SPARROW_SHARED_DIR");
-  REQUIRE_MESSAGE(dir != nullptr, "SPARROW_SHARED_DIR must point at ../shared");
-  return std::string(dir) + "/" + rel;
-}
+using testing::SharedPath;
 
 double MaxAbsDiff(const float* a, const float* b, size_t n) {
   double m = 0;

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -15,18 +14,11 @@
 
 #include "src/engine.h"
 #include "src/model/model.h"
+#include "tests/shared_path.h"
 
 using namespace sparrow;
 
-namespace {
-
-std::string SharedPath(const std::string& rel) {
-  const char* dir = std::getenv("SPARROW_SHARED_DIR");
-  REQUIRE_MESSAGE(dir != nullptr, "SPARROW_SHARED_DIR must point at ../shared");
-  return std::string(dir) + "/" + rel;
-}
-
-}  // namespace
+using testing::SharedPath;
 
 TEST_CASE("perplexity: pass by pass, one pass of logits held, the whole chunk's figure") {
   constexpr size_t kCtx = 128, kBatch = 48, kChunks = 3;  // passes of 48, 48, 32

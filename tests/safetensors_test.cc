@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "formats/safetensors.h"
 #include "tests/error_test_util.h"
+#include "tests/shared_path.h"
 
 namespace sparrow::safetensors {
 namespace {
@@ -127,10 +128,8 @@ TEST_CASE("safetensors: a header with 200000 tensors reads in linear time") {
 }
 
 TEST_CASE("safetensors: the PEFT fixture's adapter") {
-  const char* dir = std::getenv("SPARROW_SHARED_DIR");
-  REQUIRE_MESSAGE(dir != nullptr, "SPARROW_SHARED_DIR must point at ../shared");
-  const SafetensorsFile file = SafetensorsFile::Open(
-      std::string(dir) + "/models/lora/stories260K-lora-r4-peft/adapter_model.safetensors");
+  const SafetensorsFile file = SafetensorsFile::Open(testing::SharedPath(
+      "models/lora/stories260K-lora-r4-peft/adapter_model.safetensors"));
   CHECK(file.tensors().size() == 70);
   for (const Tensor& t : file.tensors()) CHECK(t.dtype == DType::kF32);
   const Tensor* a = file.Find("base_model.model.model.layers.0.mlp.down_proj.lora_A.weight");

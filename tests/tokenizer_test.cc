@@ -26,6 +26,7 @@
 #include "src/tokenizer/pre_tokenizer.h"
 #include "src/tokenizer/tokenizer.h"
 #include "src/tokenizer/unicode.h"
+#include "tests/shared_path.h"
 #include "tests/tokenizer_reference.h"
 
 namespace sparrow {
@@ -39,11 +40,7 @@ using reference::NaiveBpe;
 using reference::NaiveSpm;
 using reference::WellFormed;
 
-std::string SharedPath(const std::string& relative) {
-  const char* dir = std::getenv("SPARROW_SHARED_DIR");
-  REQUIRE_MESSAGE(dir != nullptr, "SPARROW_SHARED_DIR must point at ../shared");
-  return std::string(dir) + "/" + relative;
-}
+using testing::SharedPath;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
