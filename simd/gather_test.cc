@@ -139,12 +139,18 @@ std::vector<float> Offsets(TensorType type, const uint8_t* row, size_t cols) {
   return Dequantized(type, copy.data(), cols);
 }
 
-// How far a dot product may be from the double-precision reference (the
-// same bound gemv_test.cc derives for Gemv, whose arithmetic DotRows
-// repeats): activation rounding to int16 for quantized types (at most
-// 0.502 * amax_block / 32767 per unit of sum |w_i| in the block), f32
-// rounding along at most `steps` operations on partials bounded by
-// sum (|w_i| + |o_i|) |x_i|, and the reference's own rounding.
+// The largest magnitude the current target's kernels quantize activations
+// to for `type` (gemv.h): 127 where Q4_0 takes int8, else 32767.
+double ActivationMax(TensorType type) {
+  return type == TensorType::kQ4_0 && Q4_0ActivationsAreInt8() ? 127.0 : 32767.0;
+}
+
+// How far a dot product may be from the double-precision reference on the
+// current target (the same bound gemv_test.cc derives for Gemv, whose
+// arithmetic DotRows repeats): activation rounding for quantized types (at
+// most 0.502 * amax_block / ActivationMax per unit of sum |w_i| in the
+// block), f32 rounding along at most `steps` operations on partials
+// bounded by sum (|w_i| + |o_i|) |x_i|, and the reference's own rounding.
 double DotTolerance(TensorType type, const std::vector<float>& w, const std::vector<float>& o,
                     const float* x, size_t cols, double ref) {
   double magnitude = 0;
@@ -161,7 +167,7 @@ double DotTolerance(TensorType type, const std::vector<float>& w, const std::vec
         amax = std::max(amax, std::fabs(double(x[i])));
         wsum += std::fabs(double(w[i]));
       }
-      quant += 0.502 * amax / 32767 * wsum;
+      quant += 0.502 * amax / ActivationMax(type) * wsum;
     }
   }
   const double u = std::ldexp(1.0, -24);
@@ -199,16 +205,16 @@ TEST_CASE("DotRows equals Gemv bit for bit and the reference within the Gemv bou
       const size_t stride = c.count + 3;  // the gaps must stay untouched
       std::vector<float> ref(c.n * stride, 0.0f);
       DotRowsReference(type, rows.data(), c.count, c.cols, x.data(), c.n, ref.data(), stride);
-      std::vector<double> tol(c.n * stride);
-      for (size_t k = 0; k < c.count; ++k) {
-        const std::vector<float> w = Dequantized(type, rows[k], c.cols);
-        const std::vector<float> o = Offsets(type, rows[k], c.cols);
-        for (size_t t = 0; t < c.n; ++t) {
-          tol[t * stride + k] =
-              DotTolerance(type, w, o, x.data() + t * c.cols, c.cols, ref[t * stride + k]);
-        }
-      }
       ForEachTarget([&](const Target& target) {
+        std::vector<double> tol(c.n * stride);
+        for (size_t k = 0; k < c.count; ++k) {
+          const std::vector<float> w = Dequantized(type, rows[k], c.cols);
+          const std::vector<float> o = Offsets(type, rows[k], c.cols);
+          for (size_t t = 0; t < c.n; ++t) {
+            tol[t * stride + k] =
+                DotTolerance(type, w, o, x.data() + t * c.cols, c.cols, ref[t * stride + k]);
+          }
+        }
         std::vector<GemvInput> inputs(c.n);
         for (size_t t = 0; t < c.n; ++t) inputs[t].Prepare(type, x.data() + t * c.cols, c.cols);
         std::vector<float> out(c.n * stride, 1234.5f);

@@ -24,6 +24,8 @@ void QuantizeActivationsT(const float* x, size_t n, bool pair_layout, int16_t* q
                           group_scales);
 }
 
+bool Q4_0ActivationsAreInt8T() { return Q4_0ActivationsAreInt8(); }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace sparrow::simd
 HWY_AFTER_NAMESPACE();
@@ -58,6 +60,9 @@ bool IsQuantized(TensorType type) {
 
 HWY_EXPORT(GemvT);
 HWY_EXPORT(QuantizeActivationsT);
+HWY_EXPORT(Q4_0ActivationsAreInt8T);
+
+bool Q4_0ActivationsAreInt8() { return HWY_DYNAMIC_DISPATCH(Q4_0ActivationsAreInt8T)(); }
 
 bool GemvSupports(TensorType type) { return TensorTypeCan(type, TypeAbility::kGemv); }
 

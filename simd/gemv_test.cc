@@ -110,11 +110,18 @@ std::vector<float> Offsets(TensorType type, const uint8_t* row, size_t cols) {
   return out;
 }
 
-// How far Gemv may be from GemvReference for row `w` and input `x`:
+// The largest magnitude the current target's kernels quantize activations
+// to for `type` (gemv.h): 127 where Q4_0 takes int8, else 32767.
+double ActivationMax(TensorType type) {
+  return type == TensorType::kQ4_0 && Q4_0ActivationsAreInt8() ? 127.0 : 32767.0;
+}
+
+// How far Gemv may be from GemvReference for row `w` and input `x` on the
+// current target:
 //  - activation rounding (quantized types): x is stored as q * s with
-//    s = amax_block / 32767 and |x - q * s| <= 0.5 s (plus 2^-24 relative
-//    slop for computing x / s in f32), so the dot moves by at most
-//    sum_blocks 0.502 * amax / 32767 * sum |w_i|;
+//    s = amax_block / M (M = ActivationMax) and |x - q * s| <= 0.5 s (plus
+//    2^-24 relative slop for computing x / s in f32), so the dot moves by
+//    at most sum_blocks 0.502 * amax / M * sum |w_i|;
 //  - f32 rounding: every f32 operation (products, sums of per-block or
 //    per-lane partials, scale products, int-to-float conversion) errs by at
 //    most 2^-24 relative, and no partial passes through more than `steps`
@@ -139,7 +146,7 @@ double Tolerance(TensorType type, const std::vector<float>& w,
         amax = std::max(amax, std::fabs(double(x[i])));
         wsum += std::fabs(double(w[i]));
       }
-      quant += 0.502 * amax / 32767 * wsum;
+      quant += 0.502 * amax / ActivationMax(type) * wsum;
     }
   }
   const double u = std::ldexp(1.0, -24);
@@ -188,18 +195,18 @@ TEST_CASE("Gemv matches GemvReference for every type, shape and target") {
       const std::vector<float> x = Activations(shape.cols, rng);
       std::vector<float> ref(shape.rows);
       GemvReference(type, w, row_bytes, shape.cols, x.data(), 0, shape.rows, ref.data());
-      std::vector<double> tol(shape.rows);
-      for (size_t r = 0; r < shape.rows; ++r) {
-        std::vector<float> row(shape.cols);
-        DequantizeRowReference(type, w + r * row_bytes, shape.cols, row.data());
-        tol[r] = Tolerance(type, row, Offsets(type, w + r * row_bytes, shape.cols),
-                           x.data(), shape.cols, ref[r]);
-      }
       // Row ranges: everything, a middle part, one row, the tail.
       const size_t R = shape.rows;
       const std::pair<size_t, size_t> ranges[] = {
           {0, R}, {R > 2 ? 1 : 0, R > 2 ? R - 1 : R}, {R / 2, R / 2 + 1}, {R - 1, R}};
       ForEachTarget([&](const Target& target) {
+        std::vector<double> tol(shape.rows);
+        for (size_t r = 0; r < shape.rows; ++r) {
+          std::vector<float> row(shape.cols);
+          DequantizeRowReference(type, w + r * row_bytes, shape.cols, row.data());
+          tol[r] = Tolerance(type, row, Offsets(type, w + r * row_bytes, shape.cols),
+                             x.data(), shape.cols, ref[r]);
+        }
         GemvInput input;
         input.Prepare(type, x.data(), shape.cols);
         for (const auto& [begin, end] : ranges) {
@@ -294,7 +301,8 @@ TEST_CASE("Gemv error stays far inside the bound on a large quantized matrix") {
       worst = std::max(worst, std::fabs(double(y[r]) - ref[r]) / mag);
     }
     MESSAGE(TensorTypeName(type) << ": max |y - ref| / sum|w x| = " << worst);
-    CHECK(worst < 2e-5);
+    // int8 activations round 258 times more coarsely than int16 ones.
+    CHECK(worst < (ActivationMax(type) < 32767 ? 5e-3 : 2e-5));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "simd/gemv.h"
 #include "simd/quantize.h"
 #include "src/ops/panel.h"
 #include "sparrow_config.h"
@@ -55,6 +56,13 @@ double MaxRelError(const std::vector<float>& a, const std::vector<float>& b) {
   return err / scale;
 }
 
+// The GEMV and gather kernels' error against the reference, relative to
+// the largest output: ~1e-4 with 16-bit activations; Q4_0 on targets that
+// give it 8-bit ones (simd/gemv.h) measured 4.6e-3 to 5.1e-3 here.
+double KernelBound(TensorType type) {
+  return type == TensorType::kQ4_0 && simd::Q4_0ActivationsAreInt8() ? 1e-2 : 1e-3;
+}
+
 }  // namespace
 
 TEST_CASE("batched MatMul equals MatVec per token, and the reference path, for every type") {
@@ -83,7 +91,7 @@ TEST_CASE("batched MatMul equals MatVec per token, and the reference path, for e
         ops::SetKernelMode(ops::KernelMode::kReference);
         ops::MatMul(w.view, x.data(), n, reference.data());
         ops::SetKernelMode(ops::KernelMode::kFast);
-        CHECK(MaxRelError(single, reference) < 1e-3);
+        CHECK(MaxRelError(single, reference) < KernelBound(type));
         if (n == 9 || !SPARROW_HAVE_ONEDNN) {
           CHECK(batched == single);
         } else if (type == TensorType::kF32 || !ops::PromptGemmUsesBf16()) {
@@ -302,13 +310,14 @@ TEST_CASE("RowDots and RowAxpys on gathered rows match the reference, small and 
         ops::RowDots(set, x.data(), n, dots_ref.data());
         ops::RowAxpys(set, a.data(), n, sums_ref.data());
         ops::SetKernelMode(ops::KernelMode::kFast);
-        // As MatMul's bounds above: 16-bit activations of the gather
-        // kernels or f32 oneDNN ~1e-4; bf16 oneDNN a few 1e-3.
-        const bool rounded = n >= 32 && SPARROW_HAVE_ONEDNN && ops::PromptGemmUsesBf16() &&
-                             type != TensorType::kF32;
-        const double bound = rounded ? 5e-3 : 1e-3;
-        CHECK(MaxRelError(dots, dots_ref) < bound);
-        CHECK(MaxRelError(sums, sums_ref) < bound);
+        // As MatMul's bounds above: the gather kernels' activations
+        // (KernelBound) or f32 oneDNN ~1e-4; bf16 oneDNN a few 1e-3.
+        const bool panels =
+            n >= 32 && SPARROW_HAVE_ONEDNN && ops::GetPromptGemm() != ops::PromptGemm::kF32;
+        const bool rounded = panels && ops::PromptGemmUsesBf16() && type != TensorType::kF32;
+        const double dot_bound = rounded ? 5e-3 : panels ? 1e-3 : KernelBound(type);
+        CHECK(MaxRelError(dots, dots_ref) < dot_bound);
+        CHECK(MaxRelError(sums, sums_ref) < (rounded ? 5e-3 : 1e-3));
       }
     }
   }
