@@ -346,6 +346,33 @@ HWY_INLINE void Q8_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
 // other types. (Applying the -8 once per block at the end, from the sum of
 // the rows' a * d, saved two integer subtractions per 16 elements but made
 // the result depend on how a set was split into calls.)
+#undef SPARROW_Q4_0_NIBBLE_TABLE  // per target (this file is included once per target)
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define SPARROW_Q4_0_NIBBLE_TABLE 1
+// The 16 values of (nibble - 8) as floats, picked by vpermps, which reads
+// only the low four bits of each index lane: the low nibble of a byte
+// needs no mask, and one permute replaces the mask, subtraction and
+// conversion (Highway 1.0.3's TableLookupLanes asks for indices below the
+// lane count, so the raw instruction). Same values, so the same sums.
+// Measured on Sapphire Rapids (2 vCPU VM), one thread, alternating,
+// `gather_bench --types q4_0 --shapes 2048x512 --parts 1 --kernels axpy
+// --rotate-mib 1 --clock cpu` (rows in L2): 8.4-8.6 -> 11.0 GB/s, and
+// 768-element rows 8.0-8.4 -> 10.0-10.8.
+HWY_INLINE __m512 Q4_0NibbleTable() {
+  return _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+}
+// Bytes (zero-extended to 32-bit lanes) -> (low nibble - 8), (high - 8).
+HWY_INLINE __m512 Q4_0LowMinus8(__m512i bytes, __m512 table) {
+  return _mm512_permutexvar_ps(bytes, table);
+}
+HWY_INLINE __m512 Q4_0HighMinus8(__m512i bytes, __m512 table) {
+  return _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
+}
+HWY_INLINE __m512i Q4_0Bytes16(const uint8_t* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+#endif
+
 template <size_t kRows>
 HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
                           const float* HWY_RESTRICT a, size_t nblocks, float* HWY_RESTRICT y,
@@ -365,6 +392,18 @@ HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
   const auto mask = hn::Set(di32, 15);
   const auto eight = hn::Set(di32, 8);
   // Adds s * (this row's low and high nibbles, minus 8) to lo and hi.
+#ifdef SPARROW_Q4_0_NIBBLE_TABLE
+  const __m512 table = Q4_0NibbleTable();
+  (void)mask;
+  (void)eight;
+  auto step = [&](const uint8_t* p, float s, hn::Vec<decltype(df)>& lo,
+                  hn::Vec<decltype(df)>& hi) HWY_ATTR {
+    const __m512i bytes = Q4_0Bytes16(p);
+    const __m512 sv = _mm512_set1_ps(s);
+    lo.raw = _mm512_fmadd_ps(sv, Q4_0LowMinus8(bytes, table), lo.raw);
+    hi.raw = _mm512_fmadd_ps(sv, Q4_0HighMinus8(bytes, table), hi.raw);
+  };
+#else
   auto step = [&](const uint8_t* p, float s, hn::Vec<decltype(df)>& lo,
                   hn::Vec<decltype(df)>& hi) HWY_ATTR {
     const auto bytes = hn::BitCast(di32, hn::PromoteTo(du32, hn::LoadU(du8, p)));
@@ -372,6 +411,7 @@ HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
     lo = hn::MulAdd(sv, hn::ConvertTo(df, hn::Sub(hn::And(bytes, mask), eight)), lo);
     hi = hn::MulAdd(sv, hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(bytes), eight)), hi);
   };
+#endif
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
   CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, 0, sw[0]);
   size_t cur = 0;
@@ -540,6 +580,16 @@ HWY_INLINE void ConvertSpan(TensorType type, const uint8_t* row, size_t c0, size
         ScaledHalfScales(dfull, blocks + b * sizeof(BlockQ4_0), sizeof(BlockQ4_0),
                          std::min(G, nb - b), 1.0f, scales + b);
       }
+#ifdef SPARROW_Q4_0_NIBBLE_TABLE
+      const __m512 table = Q4_0NibbleTable();
+      for (size_t b = 0; b < nb; ++b) {
+        const __m512i bytes = Q4_0Bytes16(blocks + b * sizeof(BlockQ4_0) + 2);
+        _mm512_storeu_ps(out + 32 * b, Q4_0LowMinus8(bytes, table));
+        _mm512_storeu_ps(out + 32 * b + 16, Q4_0HighMinus8(bytes, table));
+      }
+      (void)N;
+      return;
+#endif
       for (size_t b = 0; b < nb; ++b) {
         const uint8_t* qs = blocks + b * sizeof(BlockQ4_0) + 2;
         for (size_t e = 0; e < 16; e += N) {
