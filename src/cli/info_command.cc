@@ -14,6 +14,7 @@
 #include "formats/lora_adapter.h"
 #include "formats/tokenizer_data.h"
 #include "src/chat/chat_template.h"
+#include "simd/gemv.h"
 #include "simd/packed_gemv.h"
 #include "simd/targets.h"
 #include "sparrow_config.h"
@@ -264,6 +265,10 @@ int InfoCommand(int argc, char** argv) {
   } else {
     std::printf("  Q4_0/Q4_K/Q8_0 kernels: plain rows, 16-bit activations\n");
   }
+  // A bundle's cached units are gathered one record at a time, never packed.
+  std::printf("  Q4_0 bundle records: per-row kernel, %s\n",
+              simd::Q4_0ActivationsAreInt8() ? "8-bit activations, vpdpbusd (AVX-512 VNNI)"
+                                             : "16-bit activations");
   std::printf("  prompt batches: %s\n", ops::PromptGemmDescription().c_str());
   std::printf("  threads: %d, oneDNN: %s, OpenMP: %s, io_uring: %s\n", ThreadCount(),
               SPARROW_HAVE_ONEDNN ? "yes" : "no", SPARROW_HAVE_OPENMP ? "yes" : "no",
