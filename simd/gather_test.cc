@@ -140,10 +140,8 @@ std::vector<float> Offsets(TensorType type, const uint8_t* row, size_t cols) {
 }
 
 // The largest magnitude the current target's kernels quantize activations
-// to for `type` (gemv.h): 127 where Q4_0 takes int8, else 32767.
-double ActivationMax(TensorType type) {
-  return type == TensorType::kQ4_0 && Q4_0ActivationsAreInt8() ? 127.0 : 32767.0;
-}
+// to for `type` (gemv.h).
+double ActivationMax(TensorType type) { return GemvActivationMax(type); }
 
 // How far a dot product may be from the double-precision reference on the
 // current target (the same bound gemv_test.cc derives for Gemv, whose

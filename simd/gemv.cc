@@ -24,7 +24,7 @@ void QuantizeActivationsT(const float* x, size_t n, bool pair_layout, int16_t* q
                           group_scales);
 }
 
-bool Q4_0ActivationsAreInt8T() { return Q4_0ActivationsAreInt8(); }
+bool Q4_0ActivationsAreInt8T() { return Q4_0ActivationsAreInt8(); }  // gemv-inl.h
 
 }  // namespace HWY_NAMESPACE
 }  // namespace sparrow::simd
@@ -62,7 +62,11 @@ HWY_EXPORT(GemvT);
 HWY_EXPORT(QuantizeActivationsT);
 HWY_EXPORT(Q4_0ActivationsAreInt8T);
 
-bool Q4_0ActivationsAreInt8() { return HWY_DYNAMIC_DISPATCH(Q4_0ActivationsAreInt8T)(); }
+int GemvActivationMax(TensorType type) {
+  if (!IsQuantized(type)) return 0;
+  if (type == TensorType::kQ4_0 && HWY_DYNAMIC_DISPATCH(Q4_0ActivationsAreInt8T)()) return 127;
+  return 32767;
+}
 
 bool GemvSupports(TensorType type) { return TensorTypeCan(type, TypeAbility::kGemv); }
 

@@ -72,8 +72,8 @@ class GemvInput {
 // `x` must have been prepared for `type` and `cols` (std::invalid_argument
 // otherwise). Results match GemvReference to about 1e-5 of sum |w_i x_i|
 // (see gemv_test.cc for the bound): the quantized types take activations
-// quantized per block of 32 to int16, except Q4_0 where
-// Q4_0ActivationsAreInt8(), whose int8 activations (as the packed kernels'
+// quantized per block of 32 to int16, except where GemvActivationMax(type)
+// is 127 (int8), whose int8 activations (as the packed kernels'
 // and llama.cpp's) move a dot product by up to sum_blocks max|x_block| / 254
 // * sum |w_i| of the block.
 void Gemv(TensorType type, const void* weights, size_t row_bytes, size_t cols,
@@ -87,10 +87,14 @@ void GemvBatch(TensorType type, const void* weights, size_t row_bytes, size_t co
                const GemvInput* x, size_t n, size_t row_begin, size_t row_end, float* y,
                size_t y_stride);
 
-// Whether the current SIMD target's Q4_0 kernels (Gemv, and DotRows through
-// them) take int8 activations (AVX3_DL, with AVX-512 VNNI; gemv-inl.h:
-// SPARROW_Q4_0_INT8) rather than int16 ones.
-bool Q4_0ActivationsAreInt8();
+// The largest magnitude the current SIMD target's per-row kernels (Gemv,
+// and DotRows through them) quantize `type`'s activations to: 127 where
+// they are int8 (Q4_0 on AVX3_DL, with AVX-512 VNNI; gemv-inl.h:
+// SPARROW_Q4_0_INT8), 32767 for the other quantized types, 0 where
+// activations stay f32 (F32, F16, BF16). Tests, benchmarks and `sparrow
+// info` size their bounds and descriptions from it, so a type or target
+// that moves to int8 changes in one place.
+int GemvActivationMax(TensorType type);
 
 // Scalar reference: dequantizes each row to f32 and accumulates in double.
 void GemvReference(TensorType type, const void* weights, size_t row_bytes,

@@ -111,10 +111,8 @@ std::vector<float> Offsets(TensorType type, const uint8_t* row, size_t cols) {
 }
 
 // The largest magnitude the current target's kernels quantize activations
-// to for `type` (gemv.h): 127 where Q4_0 takes int8, else 32767.
-double ActivationMax(TensorType type) {
-  return type == TensorType::kQ4_0 && Q4_0ActivationsAreInt8() ? 127.0 : 32767.0;
-}
+// to for `type` (gemv.h).
+double ActivationMax(TensorType type) { return GemvActivationMax(type); }
 
 // How far Gemv may be from GemvReference for row `w` and input `x` on the
 // current target:
@@ -302,7 +300,7 @@ TEST_CASE("Gemv error stays far inside the bound on a large quantized matrix") {
     }
     MESSAGE(TensorTypeName(type) << ": max |y - ref| / sum|w x| = " << worst);
     // int8 activations round 258 times more coarsely than int16 ones.
-    CHECK(worst < (ActivationMax(type) < 32767 ? 5e-3 : 2e-5));
+    CHECK(worst < (ActivationMax(type) == 127 ? 5e-3 : 2e-5));
   }
 }
 
