@@ -12,6 +12,7 @@
 #define SPARROW_SIMD_VECTOR_OPS_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <limits>
@@ -171,7 +172,14 @@ HWY_INLINE float MaxIgnoringNaN(D d, const float* HWY_RESTRICT x, size_t n) {
     const auto keep = hn::And(hn::FirstN(d, n - i), hn::Not(hn::IsNaN(v)));
     max1 = hn::Max(max1, hn::IfThenElse(keep, v, neg_inf));
   }
-  return hn::GetLane(hn::MaxOfLanes(d, hn::Max(max0, max1)));
+  // The lanes by hand, not MaxOfLanes: Highway 1.0.3's EMU128 version
+  // starts from the lowest finite float, so lanes that are all -inf gave
+  // -FLT_MAX (seen with clang 14), which no element equals.
+  HWY_ALIGN float lanes[hn::MaxLanes(D())];
+  hn::Store(hn::Max(max0, max1), d, lanes);
+  float best = lanes[0];
+  for (size_t k = 1; k < N; ++k) best = std::max(best, lanes[k]);
+  return best;
 }
 
 // Lowest index i with x[i] == value (never true for NaN); n if none.

@@ -117,7 +117,8 @@ TEST_CASE("chat templates: detection by markers, overrides and unknown names") {
        "gemma"},
   };
   for (const auto& [jinja, family] : cases) {
-    CAPTURE(family);
+    const auto& family_ = family;  // clang 14 cannot capture a structured binding
+    CAPTURE(family_);
     const ChatFormat* f = DetectChatFormat(jinja);
     REQUIRE(f != nullptr);
     CHECK(f->name == family);

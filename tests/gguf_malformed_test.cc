@@ -364,7 +364,8 @@ TEST_CASE("malformed: sparrow info exits 2 with one line on stderr") {
   CHECK(runs.size() >= 20);
   int index = 0;
   for (const auto& [name, bytes] : runs) {
-    CAPTURE(name);
+    const auto& name_ = name;  // clang 14 cannot capture a structured binding
+    CAPTURE(name_);
     const std::string path = dir.File("case" + std::to_string(index++) + ".gguf");
     WriteFile(path, bytes);
     const RunResult r = RunInfo(bin, path, dir.File("stderr.txt"));

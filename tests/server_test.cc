@@ -104,7 +104,8 @@ TEST_CASE("openai api: bad requests name what is wrong") {
       {"{" + m + R"(, "stream_options": 1})", "'stream_options' must be an object"},
   };
   for (const auto& [body, want] : chat_cases) {
-    CAPTURE(body);
+    const auto& body_ = body;  // clang 14 cannot capture a structured binding
+    CAPTURE(body_);
     CHECK(ErrorOf(body, true).find(want) != std::string::npos);
   }
   CHECK(ErrorOf("{}", false).find("'prompt' is required") != std::string::npos);

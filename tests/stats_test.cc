@@ -79,11 +79,15 @@ struct Json {
   double number = 0;
   std::string text;
   std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;  // in file order
+  // An object's members in file order: keys[i] names members[i]. (Two
+  // vectors, not pairs: std::pair of a still incomplete Json is refused by
+  // clang 14 with libstdc++, the sanitizer build's pairing.)
+  std::vector<std::string> keys;
+  std::vector<Json> members;
 
   const Json& operator[](const std::string& key) const {
-    for (const auto& [name, value] : members) {
-      if (name == key) return value;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i] == key) return members[i];
     }
     throw std::runtime_error("no key " + key);
   }
@@ -145,7 +149,8 @@ class JsonReader {
       do {
         std::string key = ReadKey();
         Expect(':');
-        value.members.emplace_back(std::move(key), ReadValue());
+        value.keys.push_back(std::move(key));
+        value.members.push_back(ReadValue());
       } while (Take(','));
       Expect('}');
     } else if (c == '"') {

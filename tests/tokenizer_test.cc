@@ -239,7 +239,8 @@ TEST_CASE("spm: Llama 2 vocabulary gives Hugging Face's token ids") {
       {"333333333", {29871, 29941, 29941, 29941, 29941, 29941, 29941, 29941, 29941, 29941}},
   };
   for (const auto& [text, want] : cases) {
-    CAPTURE(text);
+    const auto& text_ = text;  // clang 14 cannot capture a structured binding
+    CAPTURE(text_);
     CHECK(tok->Encode(text, false) == want);
     CHECK(tok->Decode(tok->Encode(text, true)) == text);
   }
