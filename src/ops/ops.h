@@ -116,6 +116,11 @@ void RowAxpys(const RowSet& rows, const float* a, size_t n, float* y);
 // sets of at most `max_rows` rows of `cols` elements of `type`, on all its
 // threads (0 where it needs none).
 uint64_t RowAxpysScratchBytes(TensorType type, size_t cols, size_t max_rows, size_t n);
+// Whether RowDots and RowAxpys (fast kernels) send a batch of n tokens to
+// oneDNN on panels of the rows rather than to the gather kernels: false in
+// builds without oneDNN; else from row_ops.cc's threshold, unless
+// --prompt-gemm f32. Tests size their bounds by it.
+bool RowProductsUsePanels(size_t n);
 // y (n x w.cols) += a (n x w.rows, row stride lda) * w, for an F32 or BF16
 // matrix w (RowAxpys' panels), through oneDNN (builds with it only); bf16
 // rounds a like MatMul's activations.

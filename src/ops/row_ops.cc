@@ -212,6 +212,15 @@ void RowAxpysByPanels(const RowSet& rows, const float* a, size_t n, float* y) {
 
 }  // namespace
 
+bool RowProductsUsePanels(size_t n) {
+#if SPARROW_HAVE_ONEDNN
+  return UsePanels(n);
+#else
+  (void)n;
+  return false;
+#endif
+}
+
 uint64_t RowDotsScratchBytes(TensorType type, size_t cols, size_t max_rows, size_t n) {
   if (cols == 0 || n == 0) return 0;
   const uint64_t input = simd::GemvInput::Bytes(type, cols);
