@@ -421,7 +421,7 @@ int Main(int argc, char** argv) {
                 for (size_t i = 0; i < cols; ++i) magnitude += std::fabs(double(w[i]) * x[i]);
                 // int8 activations (Q4_0 on some targets: gemv.h) round
                 // more coarsely than int16 ones.
-                const bool int8 = simd::GemvActivationMax(type) == 127;
+                const bool int8 = simd::GemvActivationMax(type) == simd::kInt8ActivationMax;
                 if (!(std::fabs(double(got[k]) - ref[k]) <= (int8 ? 5e-3 : 1e-4) * magnitude)) {
                   std::fprintf(stderr, "gather_bench: DotRows row %zu: got %g, reference %g\n", k,
                                got[k], ref[k]);

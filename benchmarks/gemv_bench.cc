@@ -195,7 +195,7 @@ void CheckAgainstReference(const Kind& kind, const Matrices& m, Shape shape,
     for (size_t i = 0; i < shape.cols; ++i) magnitude += std::fabs(double(w[i]) * x[i]);
     // Packed kernels, and Q4_0 on targets that give it int8 activations
     // (gemv.h), round activations to int8: a coarser bound.
-    const bool int8 = kind.packed || simd::GemvActivationMax(type) == 127;
+    const bool int8 = kind.packed || simd::GemvActivationMax(type) == simd::kInt8ActivationMax;
     if (!(std::fabs(double(y[r]) - ref[r]) <= (int8 ? 5e-3 : 1e-4) * magnitude)) {
       std::fprintf(stderr, "gemv_bench: %s row %zu: got %g, reference %g\n",
                    kind.name.c_str(), r, y[r], ref[r]);

@@ -139,14 +139,10 @@ std::vector<float> Offsets(TensorType type, const uint8_t* row, size_t cols) {
   return Dequantized(type, copy.data(), cols);
 }
 
-// The largest magnitude the current target's kernels quantize activations
-// to for `type` (gemv.h).
-double ActivationMax(TensorType type) { return GemvActivationMax(type); }
-
 // How far a dot product may be from the double-precision reference on the
 // current target (the same bound gemv_test.cc derives for Gemv, whose
 // arithmetic DotRows repeats): activation rounding for quantized types (at
-// most 0.502 * amax_block / ActivationMax per unit of sum |w_i| in the
+// most 0.502 * amax_block / GemvActivationMax(type) per unit of sum |w_i| in the
 // block), f32 rounding along at most `steps` operations on partials
 // bounded by sum (|w_i| + |o_i|) |x_i|, and the reference's own rounding.
 double DotTolerance(TensorType type, const std::vector<float>& w, const std::vector<float>& o,
@@ -165,7 +161,7 @@ double DotTolerance(TensorType type, const std::vector<float>& w, const std::vec
         amax = std::max(amax, std::fabs(double(x[i])));
         wsum += std::fabs(double(w[i]));
       }
-      quant += 0.502 * amax / ActivationMax(type) * wsum;
+      quant += 0.502 * amax / GemvActivationMax(type) * wsum;
     }
   }
   const double u = std::ldexp(1.0, -24);

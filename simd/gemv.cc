@@ -64,7 +64,9 @@ HWY_EXPORT(Q4_0ActivationsAreInt8T);
 
 int GemvActivationMax(TensorType type) {
   if (!IsQuantized(type)) return 0;
-  if (type == TensorType::kQ4_0 && HWY_DYNAMIC_DISPATCH(Q4_0ActivationsAreInt8T)()) return 127;
+  if (type == TensorType::kQ4_0 && HWY_DYNAMIC_DISPATCH(Q4_0ActivationsAreInt8T)()) {
+    return kInt8ActivationMax;
+  }
   return 32767;
 }
 

@@ -95,6 +95,8 @@ void GemvBatch(TensorType type, const void* weights, size_t row_bytes, size_t co
 // info` size their bounds and descriptions from it, so a type or target
 // that moves to int8 changes in one place.
 int GemvActivationMax(TensorType type);
+// GemvActivationMax's value for int8 activations.
+inline constexpr int kInt8ActivationMax = 127;
 
 // Scalar reference: dequantizes each row to f32 and accumulates in double.
 void GemvReference(TensorType type, const void* weights, size_t row_bytes,

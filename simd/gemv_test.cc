@@ -110,14 +110,10 @@ std::vector<float> Offsets(TensorType type, const uint8_t* row, size_t cols) {
   return out;
 }
 
-// The largest magnitude the current target's kernels quantize activations
-// to for `type` (gemv.h).
-double ActivationMax(TensorType type) { return GemvActivationMax(type); }
-
 // How far Gemv may be from GemvReference for row `w` and input `x` on the
 // current target:
 //  - activation rounding (quantized types): x is stored as q * s with
-//    s = amax_block / M (M = ActivationMax) and |x - q * s| <= 0.5 s (plus
+//    s = amax_block / M (M = GemvActivationMax(type)) and |x - q * s| <= 0.5 s (plus
 //    2^-24 relative slop for computing x / s in f32), so the dot moves by
 //    at most sum_blocks 0.502 * amax / M * sum |w_i|;
 //  - f32 rounding: every f32 operation (products, sums of per-block or
@@ -144,7 +140,7 @@ double Tolerance(TensorType type, const std::vector<float>& w,
         amax = std::max(amax, std::fabs(double(x[i])));
         wsum += std::fabs(double(w[i]));
       }
-      quant += 0.502 * amax / ActivationMax(type) * wsum;
+      quant += 0.502 * amax / GemvActivationMax(type) * wsum;
     }
   }
   const double u = std::ldexp(1.0, -24);
@@ -303,7 +299,7 @@ TEST_CASE("Gemv error stays far inside the bound on a large quantized matrix") {
     }
     MESSAGE(TensorTypeName(type) << ": max |y - ref| / sum|w x| = " << worst);
     // int8 activations round 258 times more coarsely than int16 ones.
-    CHECK(worst < (ActivationMax(type) == 127 ? 5e-3 : 2e-5));
+    CHECK(worst < (GemvActivationMax(type) == kInt8ActivationMax ? 5e-3 : 2e-5));
   }
 }
 

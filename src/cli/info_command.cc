@@ -267,7 +267,7 @@ int InfoCommand(int argc, char** argv) {
   }
   // A bundle's cached units are gathered one record at a time, never packed.
   std::printf("  Q4_0 bundle records: per-row kernel, %s\n",
-              simd::GemvActivationMax(TensorType::kQ4_0) == 127 ? "8-bit activations, vpdpbusd (AVX-512 VNNI)"
+              simd::GemvActivationMax(TensorType::kQ4_0) == simd::kInt8ActivationMax ? "8-bit activations, vpdpbusd (AVX-512 VNNI)"
                                              : "16-bit activations");
   std::printf("  prompt batches: %s\n", ops::PromptGemmDescription().c_str());
   std::printf("  threads: %d, oneDNN: %s, OpenMP: %s, io_uring: %s\n", ThreadCount(),
