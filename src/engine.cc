@@ -39,14 +39,6 @@ struct BundleStorage {
   std::shared_ptr<gguf::GgufFile> resident;
 };
 
-// Rows of logits a session holds: a pass computes at most max_batch of
-// them, and a caller that wants more (perplexity) takes them pass by pass.
-// (Session::EvalBatch grows the buffer for one call that asks for more,
-// outside the budget.)
-size_t PassLogitsRows(size_t wanted, size_t max_batch) {
-  return std::min(wanted, std::max<size_t>(max_batch, 1));
-}
-
 // The shape of the sessions a run of these options holds.
 SessionShape ShapeFor(const EngineOptions& options, size_t n_ctx, size_t max_batch,
                       size_t n_seqs) {
@@ -55,7 +47,7 @@ SessionShape ShapeFor(const EngineOptions& options, size_t n_ctx, size_t max_bat
   shape.max_batch = max_batch;
   shape.kv_types = options.kv_types;
   shape.n_seqs = std::max<size_t>(n_seqs, 1);
-  shape.logits_rows = PassLogitsRows(options.logits_rows, max_batch);
+  shape.logits_rows = options.logits_rows;
   shape.threads = static_cast<size_t>(ThreadCount());
   return shape;
 }
@@ -160,7 +152,7 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   trace.threads = ThreadCount();
   out.streamed = ffn.get();
   out.ffn = std::move(ffn);
-  out.logits_rows = PassLogitsRows(options.logits_rows, out.max_batch);
+  out.logits_rows = HeldLogitsRows(ShapeFor(options, out.n_ctx, out.max_batch, out.n_seqs));
   return out;
 }
 
@@ -193,7 +185,6 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
   const uint64_t weights =
       out.model->weight_bytes() + DecodeMatricesOverheadBytes(DecodeMatrixCount(c, /*with_ffn=*/true),
                                                               out.model->weight_bytes());
-  out.logits_rows = PassLogitsRows(options.logits_rows, out.max_batch);
   auto session_bytes = [&](size_t n_seqs) {
     return Session::MemoryBytes(c, ShapeFor(options, out.n_ctx, out.max_batch, n_seqs),
                                 /*dense_ffn=*/true);
@@ -208,6 +199,7 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
     out.n_seqs = b;
     out.block_note = BlockNote(b, top, *out.budget, c, out.n_ctx, options.kv_types);
   }
+  out.logits_rows = HeldLogitsRows(ShapeFor(options, out.n_ctx, out.max_batch, out.n_seqs));
   if (!out.budget->unlimited()) {
     // A GGUF runs with every weight resident: the whole file must fit.
     const uint64_t session = session_bytes(out.n_seqs);

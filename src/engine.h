@@ -49,7 +49,7 @@ struct LoadedModel {
   std::string block_note;  // how an automatic n_seqs was chosen (for --stats)
   KvCacheTypes kv_types;  // what the budget was charged for: sessions use it
   std::shared_ptr<MemoryBudget> budget;
-  size_t logits_rows = 1;  // what the budget was charged for (EngineOptions::logits_rows)
+  size_t logits_rows = 1;  // what sessions hold and the budget charged (HeldLogitsRows)
   StreamedFeedForward* streamed = nullptr;  // `ffn` when the FFN streams
   std::string format;                       // "gguf" or "bundle"
 

@@ -297,6 +297,15 @@ TEST_CASE("the workspace allocates what its plan charges") {
   }
 }
 
+TEST_CASE("a session holds the logits rows asked for, at most a pass's, at least a row per sequence") {
+  // n_ctx, max_batch, KV types, sequences, logits rows asked for, threads.
+  CHECK(HeldLogitsRows(SessionShape{128, 48, {}, 1, 128, 1}) == 48);  // perplexity's chunk
+  CHECK(HeldLogitsRows(SessionShape{128, 48, {}, 1, 1, 1}) == 1);
+  CHECK(HeldLogitsRows(SessionShape{128, 48, {}, 8, 1, 1}) == 8);     // sparrow batch's blocks
+  CHECK(HeldLogitsRows(SessionShape{128, 4, {}, 8, 128, 1}) == 8);
+  CHECK(HeldLogitsRows(SessionShape{128, 0, {}, 1, 128, 1}) == 1);
+}
+
 // The architecture table is what the loader and the forward pass read: a
 // file's general.architecture picks a row, anything else is refused with
 // the list.

@@ -114,14 +114,16 @@ const SessionShape& Checked(const SessionShape& shape) {
 WorkspacePlan PlanOf(const ModelConfig& c, const SessionShape& shape, bool dense_ffn) {
   const size_t threads =
       shape.threads > 0 ? shape.threads : static_cast<size_t>(std::max(ThreadCount(), 1));
-  // A call takes the logits of one token of each sequence at least (sparrow
-  // batch's blocks): EvalBatch would otherwise grow the buffer past what the
-  // budget was charged for.
-  const size_t logits_rows = std::max(shape.logits_rows, std::max<size_t>(shape.n_seqs, 1));
-  return WorkspacePlan::For(c, shape.n_ctx, PassTokens(shape), logits_rows, threads, dense_ffn);
+  return WorkspacePlan::For(c, shape.n_ctx, PassTokens(shape), HeldLogitsRows(shape), threads,
+                            dense_ffn);
 }
 
 }  // namespace
+
+size_t HeldLogitsRows(const SessionShape& shape) {
+  const size_t pass = std::min(shape.logits_rows, std::max<size_t>(shape.max_batch, 1));
+  return std::max(pass, std::max<size_t>(shape.n_seqs, 1));
+}
 
 Session::Session(const Model& model, size_t n_ctx, size_t max_batch, KvCacheTypes kv_types,
                  size_t n_seqs)

@@ -80,6 +80,13 @@ struct SessionShape {
   size_t threads = 0;
 };
 
+// Rows of logits a session of this shape holds (and the budget charges):
+// the rows asked for, at most one pass's tokens (a caller that wants more,
+// as perplexity does for a whole chunk, takes them pass by pass), and at
+// least one token of each sequence (sparrow batch's blocks). EvalBatch
+// grows the buffer for a call that asks for more, outside the budget.
+size_t HeldLogitsRows(const SessionShape& shape);
+
 // A forward context: the sequences being evaluated (each its own KV cache
 // and position), the workspace of its passes, and the feed-forward state
 // they use. A pass may mix tokens of several sequences (block decoding:
