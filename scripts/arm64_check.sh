@@ -116,7 +116,7 @@ cpus=(
 # extension (the format, tokenizer, engine and bundle unit tests, the
 # programs they spawn, the packed models' reference perplexities): "max"
 # at 128-bit SVE. Plain "max" has 512-bit SVE, which qemu emulates several
-# times slower: engine_tests took 364 s of CPU there and 72 s at 128 bits
+# times slower: engine_tests took 359 s of CPU there and 72 s at 128 bits
 # (2 vCPU Xeon). The vector lengths are covered by the SIMD unit tests and
 # the greedy runs below, on each CPU.
 plain_cpu="max,sve-default-vector-length=16"
