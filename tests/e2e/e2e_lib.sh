@@ -5,6 +5,17 @@ failures=0
 pass() { echo "PASS: $1"; }
 fail() { echo "FAIL: $1"; failures=$((failures + 1)); }
 
+# llama.cpp's reference perplexities are of the excerpt's first 100000
+# bytes. The sanitizer stage of scripts/test.sh sets SPARROW_E2E_TEXT_BYTES
+# lower: its runs are many times slower, and what it looks for (memory
+# errors, undefined behaviour) does not depend on the length. On a shorter
+# text a script checks its runs against its own first figure instead of
+# llama.cpp's; the release stage checks llama.cpp's.
+E2E_TEXT_BYTES=${SPARROW_E2E_TEXT_BYTES:-100000}
+full_text() { [ "$E2E_TEXT_BYTES" -ge 100000 ]; }
+# Writes the text perplexities are measured on to $1.
+e2e_text() { head -c "$E2E_TEXT_BYTES" "$SHARED/corpora/tinystories_val_excerpt.txt" >"$1"; }
+
 # Runs a command that must fail as bad input: exit 2 and exactly one
 # non-empty line on stderr (left in $WORK/bad.err for further checks).
 expect_input_error() {

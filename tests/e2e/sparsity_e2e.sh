@@ -10,11 +10,9 @@ trap 'rm -rf "$WORK"' EXIT
 source "$(dirname "$0")/e2e_lib.sh"
 
 STORIES=$SHARED/models/stories260K.gguf
-# The issue's text is the excerpt's first 100000 bytes. Every check here
-# compares runs on the same text, so the sanitizer build (scripts/test.sh)
-# passes a shorter one through SPARROW_E2E_TEXT_BYTES: its runs are many
-# times slower, and what it looks for does not depend on the length.
-head -c "${SPARROW_E2E_TEXT_BYTES:-100000}" "$SHARED/corpora/tinystories_val_excerpt.txt" >"$WORK/ppl.txt"
+# The issue's text is the excerpt's first 100000 bytes (shorter in the
+# sanitizer stage: e2e_lib.sh). Every check here compares runs on it.
+e2e_text "$WORK/ppl.txt"
 dense=$("$SPARROW" perplexity -m "$STORIES" -f "$WORK/ppl.txt" -c 256 2>/dev/null | ppl_of)
 [ -n "$dense" ] || { echo "FAIL: dense perplexity did not run"; exit 1; }
 for layout in dip split neuron; do
