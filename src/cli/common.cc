@@ -33,8 +33,8 @@ void AddEngineOptions(cxxopts::Options& options, const char* prompt_gemm_default
       ("t,threads", "Worker threads (default: all cores)", cxxopts::value<int>()->default_value("0"))
       ("kernels", "fast (Highway, oneDNN) or reference (scalar, for checking)",
        cxxopts::value<std::string>()->default_value("fast"))
-      ("prompt-gemm", "Large batches: auto (bf16 where the CPU multiplies it natively, AMX or "
-       "AVX-512 BF16; else f32) or f32 (results within ~1e-6 of one token at a time)",
+      ("prompt-gemm", "Large batches: auto (bf16 where the CPU has AMX, else f32), f32 (results "
+       "within ~1e-6 of one token at a time) or bf16 (also with AVX-512 BF16 alone)",
        cxxopts::value<std::string>()->default_value(prompt_gemm_default));
 }
 
@@ -43,8 +43,14 @@ void ApplyPromptGemm(const std::string& value) {
     ops::SetPromptGemm(ops::PromptGemm::kAuto);
   } else if (value == "f32") {
     ops::SetPromptGemm(ops::PromptGemm::kF32);
+  } else if (value == "bf16") {
+    if (!ops::PromptGemmBf16Available()) {
+      ThrowInputError("--prompt-gemm bf16: this build has no bf16 matrix product for this CPU "
+                      "(it needs oneDNN and AVX-512 BF16 or AMX)");
+    }
+    ops::SetPromptGemm(ops::PromptGemm::kBf16);
   } else {
-    ThrowInputError("--prompt-gemm must be 'auto' or 'f32', not '", value, "'");
+    ThrowInputError("--prompt-gemm must be 'auto', 'f32' or 'bf16', not '", value, "'");
   }
 }
 

@@ -10,10 +10,17 @@
 // rows at a time (a few MiB, so the panel stays in cache), each panel
 // multiplied by the whole batch, which amortizes the dequantization over
 // all tokens:
-// - in bf16 where oneDNN has a native bf16 matmul on this CPU (AMX, or
-//   AVX-512 BF16): weights and activations rounded to bf16, products summed
-//   in f32. On Sapphire Rapids it multiplies 7x faster than f32 (1.3 against
-//   0.18 TFLOP/s at one thread for 64 x 2048 x 5632), which doubles pp64.
+// - in bf16 where oneDNN multiplies bf16 with AMX: weights and activations
+//   rounded to bf16, products summed in f32. On Sapphire Rapids with AMX it
+//   multiplies 7x faster than f32 (1.3 against 0.18 TFLOP/s at one thread
+//   for 64 x 2048 x 5632), which doubles pp64. Not with AVX-512 BF16 alone:
+//   on a Sapphire Rapids VM without AMX, vdpbf16ps does as many multiplies
+//   per cycle as two f32 FMA ports, and oneDNN's avx512_core_bf16 kernel
+//   made every type slower than f32 (125M-shaped synthetic models, `sparrow
+//   bench -t 1`, --prompt-gemm bf16 / f32, tok/s: Q8_0 pp512 253-267 /
+//   390-485, Q4_0 250-290 / 440-478, F16 266-268 / 330-388, Q6_K 249-265 /
+//   303-360; Q8_0 pp512 at 2 threads 445 / 620). --prompt-gemm bf16 still
+//   takes that kernel where it is the only one;
 //   The rounding costs ~3e-3 of the largest output against the f32
 //   reference (ops_test.cc states it), less than the types' own
 //   quantization steps and less than llama.cpp's 8-bit activations; BF16
@@ -60,21 +67,21 @@ namespace {
 // (x8: packed for decode, ops::PackForDecode; with the VNNI byte dots of
 // simd/int8_dot-inl.h, several tokens per unpacked block: the packed
 // kernels beat oneDNN's f32 path at every batch the engine makes by
-// default, 512 tokens at most, so without native bf16 packed matrices stay
+// default, 512 tokens at most, so unless batches are bf16 packed matrices stay
 // on them). Below its threshold a token's results are also bit for bit
 // those it gets alone, which keeps block decoding (sparrow batch, 16
 // sequences by default) on each sequence's own text: so plain matrices go
 // to oneDNN from 24 tokens even where bf16 wins from 12 or 16.
 constexpr size_t kFewestForGemm = 16;           // the smallest entry below
 constexpr size_t kMostForPlainGemm = 24;        // the largest for plain matrices
-constexpr size_t kPackedForBf16Gemm = 48;       // packed ones, with native bf16
+constexpr size_t kPackedForBf16Gemm = 48;       // packed ones, with bf16 batches
 constexpr size_t kMostForPackedGemm = 1024;     // packed ones: above the default batch
-[[maybe_unused]] size_t MinBatchForGemm(const MatrixView& w, bool native_bf16) {
+[[maybe_unused]] size_t MinBatchForGemm(const MatrixView& w, bool bf16) {
   // Packed Q8_0 keeps the plain threshold where oneDNN multiplies bf16,
   // which wins from 32 tokens (125M-shaped, 1 thread: pp32 845 tok/s on the
   // packed kernel, 890 on oneDNN bf16 from plain rows).
   if (w.packed) {
-    if (!native_bf16) return kMostForPackedGemm;
+    if (!bf16) return kMostForPackedGemm;
     return w.type == TensorType::kQ8_0 ? kMostForPlainGemm : kPackedForBf16Gemm;
   }
   switch (w.type) {
@@ -181,9 +188,10 @@ class OneDnn {
   }
 
   // Whether oneDNN multiplies bf16 matrices with the CPU's own bf16
-  // instructions (AVX-512 BF16 or AMX), which is what makes that path
-  // faster than f32; elsewhere it would emulate them.
+  // instructions (AVX-512 BF16 or AMX; elsewhere it would emulate them),
+  // and whether with AMX, the only case where that is faster than f32.
   bool NativeBf16() const { return native_bf16_; }
+  bool AmxBf16() const { return amx_bf16_; }
   const std::string& Bf16Impl() const { return bf16_impl_; }
 
  private:
@@ -196,8 +204,8 @@ class OneDnn {
       const memory::desc c({64, 256}, dt::f32, memory::format_tag::ab);
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), engine_);
       const std::string impl = pd.impl_info_str();
-      native_bf16_ = impl.find("amx") != std::string::npos ||
-                     impl.find("bf16") != std::string::npos;
+      amx_bf16_ = impl.find("amx") != std::string::npos;
+      native_bf16_ = amx_bf16_ || impl.find("bf16") != std::string::npos;
       bf16_impl_ = impl;
     } catch (const dnnl::error&) {
       native_bf16_ = false;
@@ -230,7 +238,7 @@ class OneDnn {
   dnnl::stream stream_;
   std::mutex mu_;
   std::unordered_map<Key, dnnl::matmul, KeyHash> cache_;
-  bool native_bf16_ = false;
+  bool native_bf16_ = false, amx_bf16_ = false;
   std::string bf16_impl_;
 };
 
@@ -249,18 +257,34 @@ PromptGemm GetPromptGemm() { return g_prompt_gemm; }
 std::string PromptGemmDescription() {
 #if SPARROW_HAVE_ONEDNN
   const OneDnn& dnn = OneDnn::Get();
-  return dnn.NativeBf16() ? "oneDNN bf16 (" + dnn.Bf16Impl() + ")" : "oneDNN f32";
+  if (dnn.AmxBf16()) return "oneDNN bf16 (" + dnn.Bf16Impl() + ")";
+  if (dnn.NativeBf16()) return "oneDNN f32 (bf16 with --prompt-gemm bf16: " + dnn.Bf16Impl() + ")";
+  return "oneDNN f32";
 #else
   return "GEMV kernels (no oneDNN)";
 #endif
 }
 
-bool PromptGemmUsesBf16() {
+bool PromptGemmBf16Available() {
 #if SPARROW_HAVE_ONEDNN
-  return g_prompt_gemm == PromptGemm::kAuto && OneDnn::Get().NativeBf16();
+  return OneDnn::Get().NativeBf16();
 #else
   return false;
 #endif
+}
+
+bool PromptGemmUsesBf16() {
+#if SPARROW_HAVE_ONEDNN
+  switch (g_prompt_gemm) {
+    case PromptGemm::kAuto:
+      return OneDnn::Get().AmxBf16();
+    case PromptGemm::kBf16:
+      return OneDnn::Get().NativeBf16();
+    case PromptGemm::kF32:
+      return false;
+  }
+#endif
+  return false;
 }
 
 uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n) {

@@ -65,17 +65,22 @@ void MatVecs(const MatrixView& w, const float* x, size_t n, float* y);
 // weight type, matmul.cc) through MatVecs, bit for bit MatVec's results.
 void MatMul(const MatrixView& w, const float* x, size_t n, float* y);
 // How MatMul multiplies large batches of non-F32 weights (matmul.cc):
-// kAuto in bf16 where oneDNN has native bf16 on this CPU, else f32; kF32
-// always in f32, within ~1e-6 of the decode kernels' results, so that a
-// token's result hardly depends on the batch it came in (`sparrow batch`
-// uses it: its passes mix sequences). Set before a model is opened (the
-// budget charges the path's scratch).
-enum class PromptGemm { kAuto, kF32 };
+// kAuto in bf16 where oneDNN multiplies it with AMX, else f32; kF32 always
+// in f32, within ~1e-6 of the decode kernels' results, so that a token's
+// result hardly depends on the batch it came in (`sparrow batch` uses it:
+// its passes mix sequences); kBf16 in bf16 wherever the CPU has bf16
+// instructions oneDNN uses (AMX or AVX-512 BF16; PromptGemmBf16Available).
+// Set before a model is opened (the budget charges the path's scratch).
+enum class PromptGemm { kAuto, kF32, kBf16 };
 void SetPromptGemm(PromptGemm mode);
 PromptGemm GetPromptGemm();
+// Whether kBf16 can run here: oneDNN is built in and has a bf16 matmul
+// kernel for this CPU's bf16 instructions.
+bool PromptGemmBf16Available();
 // What MatMul runs large batches of non-F32 weights through on this CPU
 // with kAuto, for `sparrow info`: "oneDNN bf16 (<oneDNN's kernel>)",
-// "oneDNN f32", or "GEMV kernels (no oneDNN)".
+// "oneDNN f32 (bf16 with --prompt-gemm bf16: <kernel>)", "oneDNN f32", or
+// "GEMV kernels (no oneDNN)".
 std::string PromptGemmDescription();
 // Whether those batches are rounded to bf16 now (ops_test.cc's tolerance).
 bool PromptGemmUsesBf16();
