@@ -19,12 +19,11 @@
 //   made every type slower than f32 (125M-shaped synthetic models, `sparrow
 //   bench -t 1`, --prompt-gemm bf16 / f32, tok/s: Q8_0 pp512 253-267 /
 //   390-485, Q4_0 250-290 / 440-478, F16 266-268 / 330-388, Q6_K 249-265 /
-//   303-360; Q8_0 pp512 at 2 threads 445 / 620). --prompt-gemm bf16 still
-//   takes that kernel where it is the only one;
-//   The rounding costs ~3e-3 of the largest output against the f32
-//   reference (ops_test.cc states it), less than the types' own
-//   quantization steps and less than llama.cpp's 8-bit activations; BF16
-//   weights need no panel;
+//   303-360; Q8_0 pp512 at 2 threads 445 / 620), so there it runs only
+//   under --prompt-gemm bf16. The rounding costs ~3e-3 of the largest
+//   output against the f32 reference (ops_test.cc states it), less than the
+//   types' own quantization steps and less than llama.cpp's 8-bit
+//   activations; BF16 weights need no panel;
 // - elsewhere in f32, numerically equal to the decode path's to ~1e-6.
 // F32 weights stay in f32 everywhere, so a model stored in f32 keeps its
 // f32 results. Builds without oneDNN (e.g. Termux) run MatVecs for every
