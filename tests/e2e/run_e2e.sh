@@ -59,6 +59,17 @@ else
   fail "KV cache: f32 '$ppl_f32', f16 '$ppl', q8_0 '$ppl_q8'"
 fi
 expect_input_error "unknown KV cache type" "$SPARROW" run -m "$STORIES" -p hi -ctk q4_0
+# --prompt-gemm bf16 runs where oneDNN has a bf16 kernel for this CPU (info
+# names it) and is refused with one line elsewhere.
+if "$SPARROW" info -m "$STORIES" | grep -Eq '^  prompt batches: oneDNN (bf16|f32 \(bf16 with)'; then
+  if "$SPARROW" run -m "$STORIES" -p "Once upon a time" -n 4 --prompt-gemm bf16 >/dev/null 2>"$WORK/bf16.err"; then
+    pass "--prompt-gemm bf16 runs where info names a bf16 kernel"
+  else
+    fail "--prompt-gemm bf16: $(tail -n 1 "$WORK/bf16.err")"
+  fi
+else
+  expect_input_error "--prompt-gemm bf16 without a bf16 kernel" "$SPARROW" run -m "$STORIES" -p hi --prompt-gemm bf16
+fi
 
 # 3. The F16, 32000-token format fixture runs.
 if "$SPARROW" run -m "$SHARED/models/llama-2-tiny-random.gguf" -p "Hello world" -n 16 --temp 0 >"$WORK/tiny.out" 2>"$WORK/tiny.err"; then
