@@ -23,6 +23,7 @@
 
 #include <hwy/highway.h>
 
+#include "simd/attention.h"  // KvType
 #include "simd/quant_blocks.h"
 #include "simd/quantize-inl.h"  // PromoteHalf
 #include "simd/softmax-inl.h"
@@ -209,15 +210,11 @@ HWY_INLINE void WeightedSumStored(DF df, const float* HWY_RESTRICT p,
   }
 }
 
-// Vectors of the tag d: at most 32 lanes, so no vector straddles a Q8_0
-// block.
-template <class KFormat, class VFormat, class DF>
-HWY_INLINE void AttentionHeadTagged(DF d, const float* HWY_RESTRICT q,
-                                    const uint8_t* HWY_RESTRICT k, size_t k_stride,
-                                    const uint8_t* HWY_RESTRICT v, size_t v_stride,
-                                    size_t n_pos, size_t head_dim, float scale,
-                                    float* HWY_RESTRICT scratch,
-                                    float* HWY_RESTRICT out) {
+// scratch[t] = scale * dot(q, k_t) for t < n_pos.
+template <class KFormat, class DF>
+HWY_INLINE void ScoresStored(DF d, const float* HWY_RESTRICT q, const uint8_t* HWY_RESTRICT k,
+                             size_t k_stride, size_t n_pos, size_t head_dim, float scale,
+                             float* HWY_RESTRICT scratch) {
   for (size_t t = 0; t < n_pos; ++t) {
     const uint8_t* head = k + t * k_stride;
     if constexpr (std::is_same_v<KFormat, KvF32Format>) {
@@ -226,8 +223,37 @@ HWY_INLINE void AttentionHeadTagged(DF d, const float* HWY_RESTRICT q,
       scratch[t] = DotStored<KFormat>(d, q, head, head_dim) * scale;
     }
   }
+}
+
+// The three passes with vectors of the tag d (at most 32 lanes, so no
+// vector straddles a Q8_0 block). The scores are instantiated per key
+// format and the weighted sum per value format, not per pair of them.
+template <class DF>
+HWY_INLINE void AttentionHeadTagged(DF d, const float* HWY_RESTRICT q, KvType k_type,
+                                    const uint8_t* HWY_RESTRICT k, size_t k_stride,
+                                    KvType v_type, const uint8_t* HWY_RESTRICT v,
+                                    size_t v_stride, size_t n_pos, size_t head_dim, float scale,
+                                    float* HWY_RESTRICT scratch, float* HWY_RESTRICT out) {
+  switch (k_type) {
+    case KvType::kF32:
+      ScoresStored<KvF32Format>(d, q, k, k_stride, n_pos, head_dim, scale, scratch);
+      break;
+    case KvType::kF16:
+      ScoresStored<KvF16Format>(d, q, k, k_stride, n_pos, head_dim, scale, scratch);
+      break;
+    case KvType::kQ8_0:
+      ScoresStored<KvQ8_0Format>(d, q, k, k_stride, n_pos, head_dim, scale, scratch);
+      break;
+  }
   SoftmaxImpl(scratch, n_pos);
-  WeightedSumStored<VFormat>(d, scratch, v, v_stride, n_pos, head_dim, out);
+  switch (v_type) {
+    case KvType::kF32:
+      return WeightedSumStored<KvF32Format>(d, scratch, v, v_stride, n_pos, head_dim, out);
+    case KvType::kF16:
+      return WeightedSumStored<KvF16Format>(d, scratch, v, v_stride, n_pos, head_dim, out);
+    case KvType::kQ8_0:
+      return WeightedSumStored<KvQ8_0Format>(d, scratch, v, v_stride, n_pos, head_dim, out);
+  }
 }
 
 // Heads shorter than a full vector take vectors of at most 8 lanes: at full
@@ -235,20 +261,18 @@ HWY_INLINE void AttentionHeadTagged(DF d, const float* HWY_RESTRICT q,
 // copy through a buffer). stories260K's heads are 8 values: its perplexity
 // on 100 KB took 8.0 s with 16-lane vectors and 1.45 s with 8 (AVX3_DL, 2
 // threads). Where the full width is 8 lanes or fewer, both tags are one type.
-template <class KFormat, class VFormat>
-HWY_INLINE void AttentionHeadImpl(const float* HWY_RESTRICT q,
-                                  const uint8_t* HWY_RESTRICT k, size_t k_stride,
-                                  const uint8_t* HWY_RESTRICT v, size_t v_stride,
-                                  size_t n_pos, size_t head_dim, float scale,
-                                  float* HWY_RESTRICT scratch,
+HWY_INLINE void AttentionHeadImpl(const float* HWY_RESTRICT q, KvType k_type,
+                                  const uint8_t* HWY_RESTRICT k, size_t k_stride, KvType v_type,
+                                  const uint8_t* HWY_RESTRICT v, size_t v_stride, size_t n_pos,
+                                  size_t head_dim, float scale, float* HWY_RESTRICT scratch,
                                   float* HWY_RESTRICT out) {
   const hn::CappedTag<float, 32> wide;
   if (head_dim < hn::Lanes(wide)) {
-    return AttentionHeadTagged<KFormat, VFormat>(hn::CappedTag<float, 8>(), q, k, k_stride, v,
-                                                 v_stride, n_pos, head_dim, scale, scratch, out);
+    return AttentionHeadTagged(hn::CappedTag<float, 8>(), q, k_type, k, k_stride, v_type, v,
+                               v_stride, n_pos, head_dim, scale, scratch, out);
   }
-  AttentionHeadTagged<KFormat, VFormat>(wide, q, k, k_stride, v, v_stride, n_pos, head_dim, scale,
-                                        scratch, out);
+  AttentionHeadTagged(wide, q, k_type, k, k_stride, v_type, v, v_stride, n_pos, head_dim, scale,
+                      scratch, out);
 }
 
 }  // namespace HWY_NAMESPACE

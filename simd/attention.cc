@@ -11,39 +11,12 @@ HWY_BEFORE_NAMESPACE();
 namespace sparrow::simd {
 namespace HWY_NAMESPACE {
 
-template <class KFormat>
-void AttentionWithKeys(const float* q, const uint8_t* k, size_t k_stride, KvType v_type,
-                       const uint8_t* v, size_t v_stride, size_t n_pos, size_t head_dim,
-                       float scale, float* scratch, float* out) {
-  switch (v_type) {
-    case KvType::kF32:
-      return AttentionHeadImpl<KFormat, KvF32Format>(q, k, k_stride, v, v_stride, n_pos,
-                                                     head_dim, scale, scratch, out);
-    case KvType::kF16:
-      return AttentionHeadImpl<KFormat, KvF16Format>(q, k, k_stride, v, v_stride, n_pos,
-                                                     head_dim, scale, scratch, out);
-    case KvType::kQ8_0:
-      return AttentionHeadImpl<KFormat, KvQ8_0Format>(q, k, k_stride, v, v_stride, n_pos,
-                                                      head_dim, scale, scratch, out);
-  }
-}
-
 void AttentionHeadT(const float* q, KvType k_type, const void* k, size_t k_stride,
                     KvType v_type, const void* v, size_t v_stride, size_t n_pos,
                     size_t head_dim, float scale, float* scratch, float* out) {
-  const auto* kb = static_cast<const uint8_t*>(k);
-  const auto* vb = static_cast<const uint8_t*>(v);
-  switch (k_type) {
-    case KvType::kF32:
-      return AttentionWithKeys<KvF32Format>(q, kb, k_stride, v_type, vb, v_stride, n_pos,
-                                            head_dim, scale, scratch, out);
-    case KvType::kF16:
-      return AttentionWithKeys<KvF16Format>(q, kb, k_stride, v_type, vb, v_stride, n_pos,
-                                            head_dim, scale, scratch, out);
-    case KvType::kQ8_0:
-      return AttentionWithKeys<KvQ8_0Format>(q, kb, k_stride, v_type, vb, v_stride, n_pos,
-                                             head_dim, scale, scratch, out);
-  }
+  AttentionHeadImpl(q, k_type, static_cast<const uint8_t*>(k), k_stride, v_type,
+                    static_cast<const uint8_t*>(v), v_stride, n_pos, head_dim, scale, scratch,
+                    out);
 }
 
 }  // namespace HWY_NAMESPACE
