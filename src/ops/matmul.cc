@@ -14,7 +14,7 @@
 //   rounded to bf16, products summed in f32. On Sapphire Rapids with AMX it
 //   multiplies 7x faster than f32 (1.3 against 0.18 TFLOP/s at one thread
 //   for 64 x 2048 x 5632), which doubles pp64. Not with AVX-512 BF16 alone:
-//   on a Sapphire Rapids VM without AMX, vdpbf16ps does as many multiplies
+//   on an Intel Xeon VM without AMX, vdpbf16ps does as many multiplies
 //   per cycle as two f32 FMA ports, and oneDNN's avx512_core_bf16 kernel
 //   made every type slower than f32 (125M-shaped synthetic models, `sparrow
 //   bench -t 1`, --prompt-gemm bf16 / f32, tok/s: Q8_0 pp512 253-267 /
