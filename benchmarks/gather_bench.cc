@@ -22,6 +22,11 @@
 //   gather_bench [--types q8_0,q4_0,f16,f32] [--shapes 2048x5632,4096x11008]
 //                [--threads 1,2] [--tokens 1] [--reps 15] [--rotate-mib 768]
 //                [--probe-mib 1024] [--parts 3] [--clock wall|cpu]
+//                [--kernels dot,axpy,read]
+//
+// `read` is not a kernel of the engine: it loads the rows DotRows reads,
+// with the same grouping and prefetching, and does no arithmetic, so its
+// line is the most any kernel could reach on that selection (ReadRows).
 //
 // Shapes are D_MODELxCOUNT. With --tokens N > 1 the figures are for a
 // prompt batch (each row read once for all N tokens; compute-bound).
@@ -34,6 +39,7 @@
 // (though not its share of caches and DRAM bandwidth).
 
 #include <cxxopts.hpp>
+#include <hwy/cache_control.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -252,6 +258,42 @@ void Axpys(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols
   });
 }
 
+// The ceiling of the access pattern: the rows DotRows reads, in its groups
+// of four and with its prefetching (each row's bytes one group ahead, as
+// simd::Prefetcher does), but one 8-byte load per 64-byte line and no
+// arithmetic. Where this line is below the probe too, the gap is the
+// memory system's (rows at scattered addresses keep fewer lines in flight
+// than sequential streams, which the hardware prefetchers run ahead of),
+// not the kernels'.
+uint64_t ReadRows(const uint8_t* const* rows, size_t count, size_t row_bytes) {
+  uint64_t sum = 0;
+  for (size_t k = 0; k < count; k += 4) {
+    const size_t m = std::min<size_t>(4, count - k);
+    const size_t next = k + 4 < count ? std::min<size_t>(4, count - k - 4) : 0;
+    for (size_t o = 0; o < row_bytes; o += 64) {
+      for (size_t r = 0; r < next; ++r) hwy::Prefetch(rows[k + 4 + r] + o);
+      const size_t at = std::min(o, row_bytes - sizeof(uint64_t));
+      for (size_t r = 0; r < m; ++r) {
+        uint64_t v;
+        std::memcpy(&v, rows[k + r] + at, sizeof(v));
+        sum += v;
+      }
+    }
+  }
+  return sum;
+}
+
+std::atomic<uint64_t> g_read_sink{0};  // keeps ReadRows' loads
+
+void Reads(const std::vector<const uint8_t*>& rows, size_t row_bytes, CallTimer& timer) {
+  ParallelFor(rows.size(), Grain(row_bytes), [&](size_t begin, size_t end, int) {
+    timer.Body([&] {
+      g_read_sink.fetch_add(ReadRows(rows.data() + begin, end - begin, row_bytes),
+                            std::memory_order_relaxed);
+    });
+  });
+}
+
 struct Result {
   std::string type, kernel, selection;
   Shape shape;
@@ -270,7 +312,8 @@ int Main(int argc, char** argv) {
        cxxopts::value<std::string>()->default_value("2048x5632,4096x11008"))
       ("threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))
       ("tokens", "Tokens per call (batch)", cxxopts::value<size_t>()->default_value("1"))
-      ("kernels", "dot,axpy", cxxopts::value<std::string>()->default_value("dot,axpy"))
+      ("kernels", "dot,axpy,read (read: the rows loaded without arithmetic, the pattern's ceiling)",
+       cxxopts::value<std::string>()->default_value("dot,axpy,read"))
       ("reps", "Timed repetitions per case (median reported)",
        cxxopts::value<int>()->default_value("15"))
       ("rotate-mib", "Total size of the cache copies that repetitions rotate through",
@@ -304,15 +347,14 @@ int Main(int argc, char** argv) {
     if (t <= 0) ThrowInputError("bad thread count '", s, "'");
     thread_counts.push_back(t);
   }
-  bool run_dot = false, run_axpy = false;
+  // Kernels by index: 0 DotRows, 1 AxpyRows, 2 the loads-only reader.
+  const char* const kKernelNames[] = {"dot", "axpy", "read"};
+  const char* const kKernelLabels[] = {"DotRows", "AxpyRows", "read (loads only)"};
+  bool run_kernel[3] = {false, false, false};
   for (const std::string& k : Split(opts["kernels"].as<std::string>(), ',')) {
-    if (k == "dot") {
-      run_dot = true;
-    } else if (k == "axpy") {
-      run_axpy = true;
-    } else {
-      ThrowInputError("unknown kernel '", k, "' (want dot, axpy)");
-    }
+    const auto* it = std::find(std::begin(kKernelNames), std::end(kKernelNames), k);
+    if (it == std::end(kKernelNames)) ThrowInputError("unknown kernel '", k, "' (want dot, axpy, read)");
+    run_kernel[it - std::begin(kKernelNames)] = true;
   }
   const size_t n = std::max<size_t>(1, opts["tokens"].as<size_t>());
   const int reps = std::max(1, opts["reps"].as<int>());
@@ -381,9 +423,9 @@ int Main(int argc, char** argv) {
 
       for (int threads : thread_counts) {
         SetThreadCount(threads);
-        for (int kernel = 0; kernel < 2; ++kernel) {
-          if ((kernel == 0 && !run_dot) || (kernel == 1 && !run_axpy)) continue;
-          const size_t part = kernel == 0 || parts == 1 ? 0 : 2;  // gate or down
+        for (int kernel = 0; kernel < 3; ++kernel) {
+          if (!run_kernel[kernel]) continue;
+          const size_t part = kernel != 1 || parts == 1 ? 0 : 2;  // gate or down
           for (const auto& [label, picked] : selections) {
             auto rows_of = [&](size_t copy) {
               std::vector<const uint8_t*> rows(picked->size());
@@ -400,8 +442,10 @@ int Main(int argc, char** argv) {
               if (kernel == 0) {
                 Dots(type, rows, cols, x.data(), n, inputs, out.data(), caches.part_bytes,
                      timer);
-              } else {
+              } else if (kernel == 1) {
                 Axpys(type, rows, cols, coeff.data(), n, y.data(), timer);
+              } else {
+                Reads(rows, caches.part_bytes, timer);
               }
               return timer.Seconds();
             };
@@ -441,7 +485,7 @@ int Main(int argc, char** argv) {
             std::sort(probe_rates.begin(), probe_rates.end());
             const double median = seconds[seconds.size() / 2];
             const double bytes = static_cast<double>(count * caches.part_bytes);
-            Result res{std::string(TensorTypeName(type)), kernel == 0 ? "DotRows" : "AxpyRows",
+            Result res{std::string(TensorTypeName(type)), kKernelLabels[kernel],
                        label, shape, threads, n, bytes / 1e6, median * 1e3,
                        bytes / median / 1e9, bytes / seconds.front() / 1e9,
                        probe_rates[probe_rates.size() / 2]};
