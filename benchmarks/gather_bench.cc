@@ -272,10 +272,13 @@ uint64_t ReadRows(const uint8_t* const* rows, size_t count, size_t row_bytes) {
     const size_t next = k + 4 < count ? std::min<size_t>(4, count - k - 4) : 0;
     for (size_t o = 0; o < row_bytes; o += 64) {
       for (size_t r = 0; r < next; ++r) hwy::Prefetch(rows[k + 4 + r] + o);
-      const size_t at = std::min(o, row_bytes - sizeof(uint64_t));
+      // The line's first 8 bytes, or the row's last ones (rows may be
+      // shorter than 8 bytes: an F32 row of one element).
+      const size_t len = std::min(sizeof(uint64_t), row_bytes);
+      const size_t at = std::min(o, row_bytes - len);
       for (size_t r = 0; r < m; ++r) {
-        uint64_t v;
-        std::memcpy(&v, rows[k + r] + at, sizeof(v));
+        uint64_t v = 0;
+        std::memcpy(&v, rows[k + r] + at, len);
         sum += v;
       }
     }
