@@ -49,6 +49,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <iterator>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -350,14 +351,27 @@ int Main(int argc, char** argv) {
     if (t <= 0) ThrowInputError("bad thread count '", s, "'");
     thread_counts.push_back(t);
   }
-  // Kernels by index: 0 DotRows, 1 AxpyRows, 2 the loads-only reader.
-  const char* const kKernelNames[] = {"dot", "axpy", "read"};
-  const char* const kKernelLabels[] = {"DotRows", "AxpyRows", "read (loads only)"};
-  bool run_kernel[3] = {false, false, false};
+  // The kernels, by --kernels name: what the table calls them and whether
+  // they read a record's down part (as the down projection does) rather
+  // than its gate part.
+  enum class Kernel { kDot, kAxpy, kRead };
+  struct KernelInfo {
+    Kernel kernel;
+    const char* name;
+    const char* label;
+    bool reads_down;
+  };
+  static constexpr KernelInfo kKernels[] = {
+      {Kernel::kDot, "dot", "DotRows", false},
+      {Kernel::kAxpy, "axpy", "AxpyRows", true},
+      {Kernel::kRead, "read", "read (loads only)", false},
+  };
+  bool run_kernel[std::size(kKernels)] = {};
   for (const std::string& k : Split(opts["kernels"].as<std::string>(), ',')) {
-    const auto* it = std::find(std::begin(kKernelNames), std::end(kKernelNames), k);
-    if (it == std::end(kKernelNames)) ThrowInputError("unknown kernel '", k, "' (want dot, axpy, read)");
-    run_kernel[it - std::begin(kKernelNames)] = true;
+    const auto* it = std::find_if(std::begin(kKernels), std::end(kKernels),
+                                  [&](const KernelInfo& info) { return k == info.name; });
+    if (it == std::end(kKernels)) ThrowInputError("unknown kernel '", k, "' (want dot, axpy, read)");
+    run_kernel[it - std::begin(kKernels)] = true;
   }
   const size_t n = std::max<size_t>(1, opts["tokens"].as<size_t>());
   const int reps = std::max(1, opts["reps"].as<int>());
@@ -426,9 +440,10 @@ int Main(int argc, char** argv) {
 
       for (int threads : thread_counts) {
         SetThreadCount(threads);
-        for (int kernel = 0; kernel < 3; ++kernel) {
-          if (!run_kernel[kernel]) continue;
-          const size_t part = kernel != 1 || parts == 1 ? 0 : 2;  // gate or down
+        for (size_t ki = 0; ki < std::size(kKernels); ++ki) {
+          if (!run_kernel[ki]) continue;
+          const KernelInfo& kernel = kKernels[ki];
+          const size_t part = kernel.reads_down && parts == 3 ? 2 : 0;  // down or gate
           for (const auto& [label, picked] : selections) {
             auto rows_of = [&](size_t copy) {
               std::vector<const uint8_t*> rows(picked->size());
@@ -442,13 +457,17 @@ int Main(int argc, char** argv) {
             CallTimer timer;
             auto run = [&](const std::vector<const uint8_t*>& rows) {
               timer.Start();
-              if (kernel == 0) {
-                Dots(type, rows, cols, x.data(), n, inputs, out.data(), caches.part_bytes,
-                     timer);
-              } else if (kernel == 1) {
-                Axpys(type, rows, cols, coeff.data(), n, y.data(), timer);
-              } else {
-                Reads(rows, caches.part_bytes, timer);
+              switch (kernel.kernel) {
+                case Kernel::kDot:
+                  Dots(type, rows, cols, x.data(), n, inputs, out.data(), caches.part_bytes,
+                       timer);
+                  break;
+                case Kernel::kAxpy:
+                  Axpys(type, rows, cols, coeff.data(), n, y.data(), timer);
+                  break;
+                case Kernel::kRead:
+                  Reads(rows, caches.part_bytes, timer);
+                  break;
               }
               return timer.Seconds();
             };
@@ -488,7 +507,7 @@ int Main(int argc, char** argv) {
             std::sort(probe_rates.begin(), probe_rates.end());
             const double median = seconds[seconds.size() / 2];
             const double bytes = static_cast<double>(count * caches.part_bytes);
-            Result res{std::string(TensorTypeName(type)), kKernelLabels[kernel],
+            Result res{std::string(TensorTypeName(type)), kernel.label,
                        label, shape, threads, n, bytes / 1e6, median * 1e3,
                        bytes / median / 1e9, bytes / seconds.front() / 1e9,
                        probe_rates[probe_rates.size() / 2]};

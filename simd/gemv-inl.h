@@ -471,7 +471,7 @@ HWY_INLINE void Q4_0Pair(const Int32Tags& t, V8 bytes_a, V8 bytes_b, V16 xlo,
 #endif
 
 #ifdef SPARROW_Q4_0_INT8
-// Two Q4_0 blocks A, B (B absent: has_b false) of the row at `p` (A's
+// Two Q4_0 blocks A, B (B absent: kHasB false) of the row at `p` (A's
 // nibble bytes; B's are 18 bytes on) against int8 activations `x` (64
 // bytes: A's 32 then B's, natural order). The vector holds A's 16 nibble
 // bytes in 128-bit chunks 0 and 1 and B's in 2 and 3; `mask` keeps the low
