@@ -93,7 +93,8 @@ mkdir -p "$SEEDS/gguf" "$SEEDS/tokenizer" "$SEEDS/trace" "$SEEDS/calibration" "$
          "$SEEDS/bundle" "$SEEDS/safetensors" "$SEEDS/lora_adapter" \
          "$BUILD/corpus/gguf" "$BUILD/corpus/tokenizer" "$BUILD/corpus/trace" \
          "$BUILD/corpus/calibration" "$BUILD/corpus/bundle" "$BUILD/corpus/safetensors" \
-         "$BUILD/corpus/lora_adapter" "$BUILD/corpus/server_request" "$BUILD/artifacts"
+         "$BUILD/corpus/lora_adapter" "$BUILD/corpus/server_request" "$BUILD/artifacts" \
+         "$BUILD/scratch"
 
 # Seeds for the safetensors and adapter fuzzers: the PEFT fixture's
 # weights; the GGUF adapter fixture and the PEFT config behind the adapter
@@ -306,7 +307,9 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 # 2-core machine), each logging to its own file, shown when it ends.
 run() {
   local name="$1" max_len="$2"
-  "$BUILD/tests/fuzz/$name" -max_total_time="$SECONDS_PER_FUZZER" -max_len="$max_len" \
+  # Fuzzers whose readers take a path write their inputs under TMPDIR
+  # (tests/fuzz/scratch_path.h) and remove them on a clean exit.
+  TMPDIR="$BUILD/scratch" "$BUILD/tests/fuzz/$name" -max_total_time="$SECONDS_PER_FUZZER" -max_len="$max_len" \
     -timeout=20 -rss_limit_mb=2560 -print_final_stats=1 \
     -artifact_prefix="$BUILD/artifacts/$name-" \
     "$BUILD/corpus/${name%_fuzzer}" "$SEEDS/${name%_fuzzer}" >"$BUILD/$name.log" 2>&1

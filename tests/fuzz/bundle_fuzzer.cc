@@ -25,6 +25,7 @@
 #include "base/crc32c.h"
 #include "base/error.h"
 #include "formats/bundle.h"
+#include "tests/fuzz/scratch_path.h"
 
 namespace {
 
@@ -98,7 +99,7 @@ void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = "/tmp/bundle_fuzzer." + std::to_string(::getpid()) + ".sparrow";
+  static const std::string path = sparrow::fuzz::ScratchPath("bundle_fuzzer", ".sparrow");
   std::vector<uint8_t> bytes(data, data + size);
   WriteFile(path, bytes);
   OpenAndCheck(path);

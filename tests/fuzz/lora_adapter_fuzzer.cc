@@ -17,6 +17,7 @@
 
 #include "base/error.h"
 #include "formats/lora_adapter.h"
+#include "tests/fuzz/scratch_path.h"
 
 namespace {
 
@@ -49,7 +50,8 @@ std::vector<uint8_t> SmallSafetensors() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  static const std::string dir = "/tmp/lora_adapter_fuzzer." + std::to_string(::getpid());
+  static const std::string dir = sparrow::fuzz::ScratchPath("lora_adapter_fuzzer");
+  static const std::string gguf = sparrow::fuzz::ScratchPath("lora_adapter_fuzzer", ".gguf");
   static const bool made = [] {
     ::mkdir(dir.c_str(), 0700);
     const std::vector<uint8_t> st = SmallSafetensors();
@@ -58,7 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }();
   (void)made;
   const bool peft = (data[0] & 1) != 0;
-  const std::string path = peft ? dir : dir + ".gguf";
+  const std::string& path = peft ? dir : gguf;
   Write(peft ? dir + "/adapter_config.json" : path, data + 1, size - 1);
   try {
     const sparrow::LoraAdapterFile a = sparrow::ReadLoraAdapter(path);
