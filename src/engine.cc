@@ -13,7 +13,7 @@
 namespace sparrow {
 namespace {
 
-size_t ResolveContext(const ModelConfig& c, size_t requested) {
+size_t ResolveContext(const ModelConfig& c, size_t requested, size_t used_at_most) {
   if (requested > 0) {
     if (c.context_length > 0 && requested > c.context_length) {
       // Allowed, as llama.cpp allows it, but positions past the trained
@@ -25,7 +25,8 @@ size_t ResolveContext(const ModelConfig& c, size_t requested) {
     }
     return requested;
   }
-  return std::min<size_t>(c.context_length, 4096);
+  const size_t model_default = std::min<size_t>(c.context_length, 4096);
+  return used_at_most > 0 ? std::min(model_default, used_at_most) : model_default;
 }
 
 // Bytes the tokenizer and metadata occupy once parsed: strings plus their
@@ -102,7 +103,7 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   LoadedModel out;
   out.format = "bundle";
   out.kv_types = options.kv_types;
-  out.n_ctx = ResolveContext(config, options.n_ctx);
+  out.n_ctx = ResolveContext(config, options.n_ctx, options.n_ctx_used_at_most);
   out.max_batch = options.max_batch > 0 ? options.max_batch : 64;
   out.budget = std::make_shared<MemoryBudget>(options.dram_budget);
   MemoryBudget& budget = *out.budget;
@@ -178,7 +179,7 @@ LoadedModel OpenGguf(const std::string& path, const EngineOptions& options) {
     out.model = Model::Open(file, fused);
   }
   const ModelConfig& c = out.model->config();
-  out.n_ctx = ResolveContext(c, options.n_ctx);
+  out.n_ctx = ResolveContext(c, options.n_ctx, options.n_ctx_used_at_most);
   out.max_batch = options.max_batch > 0 ? options.max_batch : 512;
   out.budget = std::make_shared<MemoryBudget>(options.dram_budget);
   const uint64_t process = ProcessFootprintBytes(ThreadCount(), 0);

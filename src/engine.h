@@ -21,6 +21,11 @@ namespace sparrow {
 struct EngineOptions {
   uint64_t dram_budget = 0;  // bytes; 0 = no limit
   size_t n_ctx = 0;          // 0: the model's context length, at most 4096
+  // With n_ctx 0: the most positions the caller will use (sparrow run: its
+  // prompt and -n), so the default context is no longer than that and a
+  // budget's memory goes to the unit caches instead of unreachable KV
+  // cache. 0: unknown.
+  size_t n_ctx_used_at_most = 0;
   size_t max_batch = 0;      // tokens per forward pass; 0: 512 resident, 64 streamed
   size_t logits_rows = 1;    // tokens whose logits are kept (perplexity: n_ctx)
   // Sequences a session holds (sparrow batch: the block). 0: as many as

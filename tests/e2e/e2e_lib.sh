@@ -37,8 +37,13 @@ within_rel() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) 
 # The value of perplexity's last line, "PPL = <value> +/- <stderr>" (stdin).
 ppl_of() { tail -n 1 | sed -n 's/^PPL = \([0-9.]*\) +\/- [0-9.]*$/\1/p'; }
 # The least --dram-budget `run` takes for a bundle, in KiB, from the "too
-# small" message of a run at 1M.
+# small" message of a run at 1M: min_budget_kib FILE [RUN OPTIONS]. The KV
+# cache charged depends on the context, which without -c is sized to the
+# prompt and -n (128 here unless the options say otherwise): pass the -c of
+# runs that set one.
 min_budget_kib() {
-  "$SPARROW" run -m "$1" -p hi --dram-budget 1M 2>&1 \
+  local file="$1"
+  shift
+  "$SPARROW" run -m "$file" -p hi --dram-budget 1M "$@" 2>&1 \
     | sed -n 's/.*the minimum for this model is \([0-9.]*\) MiB.*/\1/p' | awk '{printf "%d", $1 * 1024}'
 }

@@ -27,6 +27,7 @@ source "$(dirname "$0")/e2e_lib.sh"
 "$SPARROW" convert -m "$WORK/m2.gguf" -o "$WORK/m2.sparrow" --type f32 2>/dev/null
 min_kib=$(min_budget_kib "$WORK/m.sparrow")
 budget="$((min_kib + 512))K"
+long_budget="$(($(min_budget_kib "$WORK/m.sparrow" -c 4096) + 512))K"  # the same, at -c 4096
 
 # 1. A bundle that shrinks under --io mmap: exit 2 "truncated while in use",
 #    not SIGBUS (exit 135). The truncation comes once the run has started
@@ -34,7 +35,7 @@ budget="$((min_kib + 512))K"
 size=$(stat -c %s "$WORK/m.sparrow")
 cp "$WORK/m.sparrow" "$WORK/shrinks.sparrow"
 "$SPARROW" run -m "$WORK/shrinks.sparrow" -p "Once upon a time" -n 100000 -c 4096 --temp 0 \
-  --dram-budget "$budget" --io mmap >"$WORK/shrinks.out" 2>"$WORK/shrinks.err" &
+  --dram-budget "$long_budget" --io mmap >"$WORK/shrinks.out" 2>"$WORK/shrinks.err" &
 pid=$!
 for _ in $(seq 200); do [ -s "$WORK/shrinks.out" ] && break; sleep 0.05; done
 sleep 0.2

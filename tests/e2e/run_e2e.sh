@@ -204,6 +204,20 @@ if [ "$(printf '%s' "$runs" | sort -u | wc -l)" = 1 ] && printf '%s\n' "$out" | 
 else
   fail "eight runs under $budget: $(printf '%s' "$runs" | sort -u | wc -l) different outcomes"
 fi
+# Without -c, a run reserves the context its prompt and -n can reach, not
+# the model's: the same budget leaves more to the unit caches than at -c 2048.
+caches_mib() {
+  "$SPARROW" run -m "$WORK/budget.sparrow" -p "Once upon a time" -n 8 --temp 0 --dram-budget "$1" \
+    --stats "${@:2}" 2>&1 >/dev/null | sed -n 's/^unit caches: \([0-9.]*\) MiB.*/\1/p'
+}
+long_budget="$(($(min_budget_kib "$WORK/budget.sparrow" -c 2048) + 1536))K"
+short=$(caches_mib "$long_budget")
+long=$(caches_mib "$long_budget" -c 2048)
+if [ -n "$short" ] && [ -n "$long" ] && awk -v a="$short" -v b="$long" 'BEGIN { exit !(a > b) }'; then
+  pass "under $long_budget, -n 8 without -c: $short MiB of unit caches, against $long MiB at -c 2048"
+else
+  fail "under $long_budget: unit caches '$short' MiB without -c, not above '$long' MiB at -c 2048"
+fi
 # Reads that bypass the page cache leave nothing of the bundle in it but
 # the header (read-ahead past the magic, the header or the resident section
 # used to leave megabytes of records behind, outside the budget). On tmpfs
