@@ -241,8 +241,8 @@ SamplerParams ParseSamplingOptions(const cxxopts::ParseResult& args) {
   return sp;
 }
 
-void AddContextOption(cxxopts::Options& options) {
-  options.add_options()("c,ctx-size", "Context size in tokens (default: the model's, at most 4096)",
+void AddContextOption(cxxopts::Options& options, const char* default_text) {
+  options.add_options()("c,ctx-size", StrCat("Context size in tokens (default: ", default_text, ")"),
                         cxxopts::value<int>()->default_value("0"));
 }
 

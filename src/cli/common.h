@@ -45,9 +45,10 @@ void ReportStats(const cxxopts::ParseResult& args, const LoadedModel& model);
 void AddSamplingOptions(cxxopts::Options& options);
 SamplerParams ParseSamplingOptions(const cxxopts::ParseResult& args);
 // -c/--ctx-size for commands that run a conversation or a prompt (run,
-// chat, serve), and its value checked and converted (0: the model's, at
-// most 4096).
-void AddContextOption(cxxopts::Options& options);
+// chat, serve, batch), and its value checked and converted (0: the
+// default, which `default_text` describes for --help).
+void AddContextOption(cxxopts::Options& options,
+                      const char* default_text = "the model's, at most 4096");
 size_t ParseContextSize(const cxxopts::ParseResult& args);
 
 // Parses argv; prints help and returns false when --help was asked for.

@@ -20,7 +20,7 @@ int RunCommand(int argc, char** argv) {
       ("f,file", "Read the prompt from this file", cxxopts::value<std::string>())
       ("n,n-predict", "Tokens to generate (-1: until end of text or context)",
        cxxopts::value<int>()->default_value("128"));
-  AddContextOption(options);
+  AddContextOption(options, "the prompt and -n, at most the model's context or 4096");
   AddSamplingOptions(options);
   AddEngineOptions(options);
   AddModelOptions(options);
