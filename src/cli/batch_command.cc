@@ -15,6 +15,7 @@
 // (same ids, in order) and decodes only the rest.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -200,7 +201,8 @@ int BatchCommand(int argc, char** argv) {
       ("n,n-predict", "Tokens to generate per prompt unless its line says (-1: until end of "
                       "text or context)", cxxopts::value<int>()->default_value("128"))
       ("progress", "Show progress on stderr also when it is not a terminal");
-  AddContextOption(options);
+  AddContextOption(options, "the most a prompt and its n_predict reach, at most the model's "
+                            "context or 4096");
   AddSamplingOptions(options);
   // f32: a pass mixes sequences (prompts with others' decoding steps), and
   // bf16 rounding would let a sequence's text depend on its pass-mates.
@@ -235,6 +237,17 @@ int BatchCommand(int argc, char** argv) {
 
   EngineOptions engine = ParseModelOptions(args, model_path);
   engine.n_ctx = ParseContextSize(args);
+  // Without -c, the context is the most any job can reach (as run's), and
+  // every sequence's KV cache is charged at it: --block auto fits more
+  // sequences under a budget. A job without a length keeps the default.
+  for (const Job& job : jobs) {
+    const size_t reached = ContextReachedBy(job.prompt, job.n_predict);
+    if (reached == 0) {
+      engine.n_ctx_used_at_most = 0;
+      break;
+    }
+    engine.n_ctx_used_at_most = std::max(engine.n_ctx_used_at_most, reached);
+  }
   const std::string block_text = args["block"].as<std::string>();
   if (block_text == "auto") {
     engine.n_seqs = 0;

@@ -252,6 +252,14 @@ size_t ParseContextSize(const cxxopts::ParseResult& args) {
   return static_cast<size_t>(requested);
 }
 
+size_t ContextReachedBy(const std::string& prompt, long long n_predict) {
+  if (n_predict < 0) return 0;
+  constexpr size_t kMax = ~size_t{0};
+  const size_t tokens = prompt.size() > kMax - 3 ? kMax : prompt.size() + 3;
+  const auto n = static_cast<unsigned long long>(n_predict);
+  return n > kMax - tokens ? kMax : tokens + static_cast<size_t>(n);
+}
+
 bool Parse(cxxopts::Options& options, int argc, char** argv,
            cxxopts::ParseResult* out) {
   options.add_options()("h,help", "Show this help");

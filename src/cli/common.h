@@ -50,6 +50,11 @@ SamplerParams ParseSamplingOptions(const cxxopts::ParseResult& args);
 void AddContextOption(cxxopts::Options& options,
                       const char* default_text = "the model's, at most 4096");
 size_t ParseContextSize(const cxxopts::ParseResult& args);
+// The most positions a prompt and n_predict tokens after it can fill (a
+// tokenizer makes at most one token per byte, plus BOS, a leading space and
+// EOS), for EngineOptions::n_ctx_used_at_most; 0 (unknown) when n_predict
+// is negative (until the context ends).
+size_t ContextReachedBy(const std::string& prompt, long long n_predict);
 
 // Parses argv; prints help and returns false when --help was asked for.
 bool Parse(cxxopts::Options& options, int argc, char** argv,

@@ -42,12 +42,8 @@ int RunCommand(int argc, char** argv) {
   const size_t requested_ctx = ParseContextSize(args);
   EngineOptions engine = ParseModelOptions(args, model_path);
   engine.n_ctx = requested_ctx;
-  if (n_predict >= 0) {
-    // Without -c, reserve only the context this run can reach: the prompt
-    // (never more tokens than bytes, plus BOS, a leading-space token and
-    // EOS) and -n tokens after it.
-    engine.n_ctx_used_at_most = prompt.size() + 3 + static_cast<size_t>(n_predict);
-  }
+  // Without -c, reserve only the context this run can reach.
+  engine.n_ctx_used_at_most = ContextReachedBy(prompt, n_predict);
   const LoadedModel loaded = OpenModel(model_path, engine);
   const Model* model = loaded.model.get();
   const Tokenizer& tok = model->tokenizer();

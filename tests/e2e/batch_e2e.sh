@@ -92,6 +92,22 @@ grep -q "^block auto: " "$WORK/got.err" && grep -q "KV cache and activations" "$
   && pass "bundle --stats: $(grep '^block auto' "$WORK/got.err")" \
   || fail "bundle --stats lacks the block or the budget: $(head -c 300 "$WORK/got.err")"
 
+# Without -c, each sequence's KV cache is charged at the context the longest
+# job can reach (prompt and n_predict), not the model's 2048 positions, so
+# the same budget holds a larger automatic block.
+block_of() {  # [batch flags...]: "SEQUENCES KV_MIB" of --block auto
+  "$SPARROW" batch -m "$WORK/st.sparrow" -f "$WORK/p.jsonl" --dram-budget 30M --stats "$@" 2>&1 >/dev/null \
+    | sed -n 's/^block auto: \([0-9]*\) sequences.*KV cache \([0-9.]*\) MiB per sequence.*/\1 \2/p'
+}
+short=$(block_of)
+long=$(block_of -c 2048)
+if [ -n "$short" ] && [ -n "$long" ] \
+   && awk -v a="$short" -v b="$long" 'BEGIN { split(a, s, " "); split(b, l, " "); exit !(s[2] < l[2] && s[1] > l[1]) }'; then
+  pass "--block auto under 30M: sequences and KV MiB each '$short' without -c, '$long' at -c 2048"
+else
+  fail "--block auto under 30M: '$short' without -c, '$long' at -c 2048 (sequences, KV MiB each)"
+fi
+
 # 3. -o: the file appears whole at the end, nothing left beside it.
 "$SPARROW" batch -m "$STORIES" -f "$WORK/p.jsonl" -o "$WORK/out/r.jsonl" 2>/dev/null
 [ $? -eq 2 ] && pass "-o into a missing directory -> exit 2" || fail "-o into a missing directory"
