@@ -568,7 +568,6 @@ void Bundle::VerifyAll(const std::function<void(uint64_t, uint64_t)>& progress) 
   LoadResident();
   done += resident_bytes_;
   if (progress) progress(done, total);
-  const BundleFile& file = *file_;
   std::vector<uint8_t> buffer;
   for (const UnitGroup& g : groups_) {
     std::vector<uint32_t> unit_of_slot(g.n_units);
@@ -577,8 +576,7 @@ void Bundle::VerifyAll(const std::function<void(uint64_t, uint64_t)>& progress) 
     buffer.resize(size_t{per_read} * g.record_bytes);
     for (uint32_t slot = 0; slot < g.n_units; slot += per_read) {
       const uint32_t n = std::min(per_read, g.n_units - slot);
-      file.ReadAt(buffer.data(), uint64_t{n} * g.record_bytes,
-                  g.offset + uint64_t{slot} * g.record_bytes, "records", /*uncached=*/true);
+      ReadRecords(g, slot, n, buffer.data());
       for (uint32_t i = 0; i < n; ++i) {
         VerifyRecord(g, unit_of_slot[slot + i], buffer.data() + size_t{i} * g.record_bytes);
       }
@@ -586,6 +584,16 @@ void Bundle::VerifyAll(const std::function<void(uint64_t, uint64_t)>& progress) 
       if (progress) progress(done, total);
     }
   }
+}
+
+void Bundle::ReadRecords(const UnitGroup& group, uint32_t first_slot, uint32_t count,
+                         uint8_t* dst) const {
+  if (uint64_t{first_slot} + count > group.n_units) {
+    throw std::logic_error("Bundle::ReadRecords: slots past the group's end");
+  }
+  file_->ReadAt(dst, uint64_t{count} * group.record_bytes,
+                group.offset + uint64_t{first_slot} * group.record_bytes, "records",
+                /*uncached=*/true);
 }
 
 void Bundle::VerifyRecord(const UnitGroup& group, uint32_t unit, const uint8_t* record) const {

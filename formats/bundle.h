@@ -80,6 +80,7 @@ namespace keys {
 inline constexpr char kLayout[] = "sparrow.layout";            // string: "neuron" | "dip" | "split"
 inline constexpr char kRecordType[] = "sparrow.record_type";   // string: "f32" | "f16" | "q8_0" | "q4_0"
 inline constexpr char kSource[] = "sparrow.source";            // string: source file name (informational)
+inline constexpr char kPlacement[] = "sparrow.placement";      // string: how the records were placed (informational; absent: in unit order)
 inline constexpr char kFileBytes[] = "sparrow.file_bytes";     // u64: the bundle's size (the file's, less any calibration trailer)
 inline constexpr char kResidentOffset[] = "sparrow.resident.offset";  // u64
 inline constexpr char kResidentBytes[] = "sparrow.resident.bytes";    // u64
@@ -209,6 +210,12 @@ class Bundle {
   // record), e.g. for `sparrow info --verify`; the first mismatch is thrown
   // as LoadResident/VerifyRecord would. progress(done, total) counts bytes.
   void VerifyAll(const std::function<void(uint64_t, uint64_t)>& progress = nullptr) const;
+
+  // Reads the records in disk slots [first_slot, first_slot + count) of
+  // `group` into dst (count * record_bytes bytes), not verified, leaving no
+  // copy in the page cache. InputError on an I/O error or a short file.
+  void ReadRecords(const UnitGroup& group, uint32_t first_slot, uint32_t count,
+                   uint8_t* dst) const;
 
   // Checks the CRC32C at the end of a record just read (record_bytes bytes
   // at `record`); InputError naming the file, layer, kind, unit and file

@@ -155,6 +155,13 @@ void BundleWriter::SetSource(std::string name) {
   source_ = std::move(name);
 }
 
+void BundleWriter::SetPlacement(std::string description) {
+  if (stage_ != Stage::kMetadata && stage_ != Stage::kGroups) {
+    Misuse("SetPlacement() after BeginResident()");
+  }
+  placement_ = std::move(description);
+}
+
 void BundleWriter::DeclareGroups(Layout layout, TensorType record_type, uint32_t n_layers,
                                  uint32_t d_model, uint32_t d_ff) {
   if (stage_ != Stage::kMetadata) Misuse("DeclareGroups() called twice");
@@ -193,6 +200,7 @@ void BundleWriter::WriteHeaderBody() {
   w.Add(keys::kLayout, Value::String(std::string(LayoutName(layout_))));
   w.Add(keys::kRecordType, Value::String(std::string(TensorTypeName(record_type_))));
   if (!source_.empty()) w.Add(keys::kSource, Value::String(source_));
+  if (!placement_.empty()) w.Add(keys::kPlacement, Value::String(placement_));
   w.Add(keys::kFileBytes, Value::U64(total_));
   w.Add(keys::kResidentOffset, Value::U64(resident_offset_));
   w.Add(keys::kResidentBytes, Value::U64(resident_bytes_));

@@ -46,6 +46,9 @@ class BundleWriter {
   // The source file's name, recorded as sparrow.source (informational);
   // before BeginResident().
   void SetSource(std::string name);
+  // How the permutations were chosen, recorded as sparrow.placement
+  // (informational, one line); before BeginResident().
+  void SetPlacement(std::string description);
 
   // The FFN sections: one group per layer and kind of `layout`, identity
   // permutations. InputError for a record type bundles cannot store.
@@ -97,6 +100,7 @@ class BundleWriter {
 
   std::vector<gguf::KeyValue> metadata_;
   std::string source_;
+  std::string placement_;
   Layout layout_ = Layout::kNeuron;
   TensorType record_type_ = TensorType::kF32;
   std::vector<UnitGroup> groups_;

@@ -18,5 +18,6 @@ int ProbeIoCommand(int argc, char** argv);
 int SimulateCommand(int argc, char** argv);
 int TradeoffCommand(int argc, char** argv);
 int CalibrateCommand(int argc, char** argv);
+int PlaceCommand(int argc, char** argv);
 
 }  // namespace sparrow::cli

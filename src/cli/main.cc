@@ -50,6 +50,8 @@ constexpr CommandEntry kCommands[] = {
      "perplexity vs speed for each sparsity policy and density (CSV, SVG)"},
     {"calibrate", sparrow::cli::CalibrateCommand,
      "find and store the input/down split of dip's density with the lowest perplexity"},
+    {"place", sparrow::cli::PlaceCommand,
+     "write a copy of a bundle with co-activated units next to each other on disk"},
 };
 
 void PrintUsage(std::FILE* out) {

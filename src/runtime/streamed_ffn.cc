@@ -542,6 +542,7 @@ void StreamedFeedForward::Choose(Group& g, const float* scores, size_t n, size_t
   const double start = NowSeconds();
   policy_.Select(*g.info, *g.cache, scores, n, stride, select_scratch_.data(), &masks_);
   masks_.BuildUnion(&need_);
+  if (observer_) observer_(g.index, masks_, n);
   if (!masks_.all() && n == 1) {
     // How many of this token's units the previous decode token chose too:
     // the persistence that caching and prediction live on.

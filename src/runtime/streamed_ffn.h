@@ -56,6 +56,12 @@ class StreamedFeedForward : public FeedForward {
   void EndPass(bool completed) override;
 
   StreamStats& stats() { return stats_; }
+  // Called with every group's per-token choices as the policy makes them
+  // (group index in bundle order, the masks, the pass's token count; the
+  // masks hold every unit when all() is true). For sparrow place, which
+  // gathers co-activation statistics. Nothing is called by default.
+  using ChoiceObserver = std::function<void(size_t group, const TokenMasks& masks, size_t n)>;
+  void ObserveChoices(ChoiceObserver observer) { observer_ = std::move(observer); }
   const UnitPolicy& policy() const { return policy_; }
   const StreamConfig& stream_config() const { return stream_; }
   // Bytes of all unit caches, and the fraction of all units they can hold.
@@ -175,6 +181,7 @@ class StreamedFeedForward : public FeedForward {
   std::vector<Group> groups_;           // bundle order
   std::vector<int> group_index_;        // (layer * 3 + kind) -> index in groups_
   StreamStats stats_;
+  ChoiceObserver observer_;
   uint64_t token_ = 0;
   bool pass_open_ = false;  // between BeginPass and EndPass
   uint32_t stamp_ = 0;

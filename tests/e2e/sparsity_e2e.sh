@@ -212,5 +212,33 @@ else
 fi
 chmod 755 "$WORK/ro"
 
+# 8. Placement: `place` writes a copy whose records are ordered by
+#    co-activation, with fewer runs of adjacent records per token; it
+#    computes what the original computes (dense, to rounding); info shows it;
+#    bad requests are refused with one line and write nothing.
+place_args=(-m "$WORK/s-dip.sparrow" -f "$WORK/ppl.txt" -c 64 --chunks 4 --sparsity dip --mlp-density 0.5)
+if "$SPARROW" place "${place_args[@]}" -o "$WORK/placed.sparrow" >"$WORK/place.md" 2>"$WORK/place.err" \
+   && awk -F'|' '/^\| dip-/ { if ($5 + 0 >= $4 + 0) bad = 1; n++ } END { exit bad || n != 2 }' "$WORK/place.md"; then
+  pass "place: $(grep '^| dip-' "$WORK/place.md" | tr -s ' ' | tr '\n' ' ')"
+else
+  fail "place: $(tail -n 2 "$WORK/place.err") $(cat "$WORK/place.md")"
+fi
+"$SPARROW" info -m "$WORK/placed.sparrow" 2>/dev/null | grep -q '^placement: co-activation of dip at density 0.5 over 256 tokens' \
+  && pass "info: $("$SPARROW" info -m "$WORK/placed.sparrow" 2>/dev/null | grep '^placement:')" \
+  || fail "info shows no placement"
+dense_orig=$("$SPARROW" perplexity -m "$WORK/s-dip.sparrow" -f "$WORK/ppl.txt" -c 64 --chunks 4 2>/dev/null | ppl_of)
+dense_placed=$("$SPARROW" perplexity -m "$WORK/placed.sparrow" -f "$WORK/ppl.txt" -c 64 --chunks 4 2>/dev/null | ppl_of)
+[ -n "$dense_orig" ] && within_rel "$dense_placed" "$dense_orig" 1e-4 \
+  && pass "placed bundle, dense perplexity $dense_placed (unplaced $dense_orig)" \
+  || fail "placed bundle, dense perplexity '$dense_placed' against '$dense_orig'"
+entries_before=$(ls -A "$WORK" | wc -l)
+expect_input_error "place with dense" "$SPARROW" place -m "$WORK/s-dip.sparrow" -f "$WORK/ppl.txt" -o "$WORK/p2.sparrow" --sparsity dense
+expect_input_error "place without a density" "$SPARROW" place -m "$WORK/s-dip.sparrow" -f "$WORK/ppl.txt" -o "$WORK/p2.sparrow" --sparsity dip
+expect_input_error "place a GGUF" "$SPARROW" place -m "$SHARED/models/stories260K.gguf" -f "$WORK/ppl.txt" -o "$WORK/p2.sparrow" --sparsity dip --mlp-density 0.5
+expect_input_error "place over an existing file" "$SPARROW" place "${place_args[@]}" -o "$WORK/placed.sparrow"
+expect_input_error "place over its input" "$SPARROW" place "${place_args[@]}" -o "$WORK/s-dip.sparrow" --force
+[ "$(ls -A "$WORK" | wc -l)" -eq "$entries_before" ] \
+  && pass "refused placements left no files" || fail "a refused placement left a file: $(ls -A "$WORK")"
+
 echo "sparsity e2e: $failures failure(s)"
 [ $failures -eq 0 ]
