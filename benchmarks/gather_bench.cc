@@ -260,13 +260,23 @@ void Axpys(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols
 }
 
 // The ceiling of the access pattern: the rows DotRows reads, in its groups
-// of four and with its prefetching (each row's bytes one group ahead, as
+// of four (in its order) and with its prefetching (each row's bytes one group ahead, as
 // simd::Prefetcher does), but one 8-byte load per 64-byte line and no
 // arithmetic. Where this line is below the probe too, the gap is the
 // memory system's (rows at scattered addresses keep fewer lines in flight
 // than sequential streams, which the hardware prefetchers run ahead of),
 // not the kernels'.
-uint64_t ReadRows(const uint8_t* const* rows, size_t count, size_t row_bytes) {
+uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes) {
+  // DotRows' order: group i holds entries i, i + q, i + 2q and i + 3q
+  // (q = count / 4), then the rest follow.
+  thread_local std::vector<const uint8_t*> order;
+  order.clear();
+  const size_t q = count / 4;
+  for (size_t i = 0; i < q; ++i) {
+    for (size_t r = 0; r < 4; ++r) order.push_back(list[i + r * q]);
+  }
+  for (size_t k = 4 * q; k < count; ++k) order.push_back(list[k]);
+  const uint8_t* const* rows = order.data();
   uint64_t sum = 0;
   for (size_t k = 0; k < count; k += 4) {
     const size_t m = std::min<size_t>(4, count - k);

@@ -117,8 +117,8 @@ struct FloatDot {
   static size_t RowBytes(size_t cols) { return cols * sizeof(WT); }
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* const* rows, size_t cols, const Input& in,
-                             float* y, Prefetcher<kRows>& pf) {
-    FloatRows<WT, kRows>(rows, cols, in.x(), y, 1, pf);
+                             float* y, size_t y_stride, Prefetcher<kRows>& pf) {
+    FloatRows<WT, kRows>(rows, cols, in.x(), y, y_stride, pf);
   }
 };
 struct Q8_0Dot {
@@ -128,16 +128,17 @@ struct Q8_0Dot {
 #if !HWY_HAVE_SCALABLE
   template <size_t kRows, class Input>
   static HWY_INLINE void RunTokens(const uint8_t* const* rows, size_t cols, const Input* in,
-                                   float* y, size_t token_stride, Prefetcher<kRows>& pf) {
+                                   float* y, size_t token_stride, size_t y_stride,
+                                   Prefetcher<kRows>& pf) {
     float* out[kTokens];
     for (size_t i = 0; i < kTokens; ++i) out[i] = y + i * token_stride;
-    Q8_0RowsTokens<kRows, kTokens>(rows, cols / 32, in, out, 1, pf);
+    Q8_0RowsTokens<kRows, kTokens>(rows, cols / 32, in, out, y_stride, pf);
   }
 #endif
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* const* rows, size_t cols, const Input& in,
-                             float* y, Prefetcher<kRows>& pf) {
-    Q8_0Rows<kRows>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, 1, pf);
+                             float* y, size_t y_stride, Prefetcher<kRows>& pf) {
+    Q8_0Rows<kRows>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, y_stride, pf);
   }
 };
 struct Q4_0Dot {
@@ -145,45 +146,63 @@ struct Q4_0Dot {
   static size_t RowBytes(size_t cols) { return cols / 32 * sizeof(BlockQ4_0); }
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* const* rows, size_t cols, const Input& in,
-                             float* y, Prefetcher<kRows>& pf) {
-    Q4_0Rows<kRows>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, 1, pf);
+                             float* y, size_t y_stride, Prefetcher<kRows>& pf) {
+    Q4_0Rows<kRows>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, y_stride, pf);
   }
 };
 
 // Groups of four rows, each multiplied with all n tokens before the next
 // group is touched (prefetching only during the first token's pass, when
-// the rows come from memory); the remaining rows one at a time.
+// the rows come from memory); the remaining rows one at a time. Group i
+// takes the list's entries i, i + q, i + 2q and i + 3q (q = count / 4), as
+// the GEMV takes its rows (ForRowGroups): a list in ascending address
+// order is then four streams that each run on through consecutive
+// groups, which the hardware prefetchers follow (like the stream probe's
+// four streams), instead of four short rows that end together.
 template <class K, class Input>
 HWY_INLINE void DotRowGroups(const uint8_t* const* rows, size_t count, size_t cols,
                              const Input* x, size_t n, float* out, size_t out_stride) {
   const size_t row_bytes = K::RowBytes(cols);
-  auto From = [](size_t t, size_t k) {
-    return t > 0 ? PrefetchFrom::kNone : k > 0 ? PrefetchFrom::kCovered : PrefetchFrom::kStart;
+  auto From = [](size_t t, size_t i) {
+    return t > 0 ? PrefetchFrom::kNone : i > 0 ? PrefetchFrom::kCovered : PrefetchFrom::kStart;
   };
-  size_t k = 0;
-  for (; k + 4 <= count; k += 4) {
+  const size_t q = count / 4;
+  const size_t rest = count - 4 * q;  // rows [4q, count), one at a time
+  const uint8_t* group[2][4];
+  const auto fill = [&](size_t i, const uint8_t** g) {
+    for (size_t r = 0; r < 4; ++r) g[r] = rows[i + r * q];
+  };
+  if (q > 0) fill(0, group[0]);
+  for (size_t i = 0; i < q; ++i) {
+    const uint8_t** cur = group[i % 2];
     NextRows next;
-    next.rows = rows + k + 4;
-    next.count = std::min<size_t>(4, count - k - 4);
+    if (i + 1 < q) {
+      fill(i + 1, group[(i + 1) % 2]);
+      next.rows = group[(i + 1) % 2];
+      next.count = 4;
+    } else {
+      next.rows = rows + 4 * q;
+      next.count = std::min<size_t>(4, rest);
+    }
     size_t t = 0;
     if constexpr (K::kTokens > 1) {
       for (; t + K::kTokens <= n; t += K::kTokens) {
-        Prefetcher<4> pf(rows + k, next, row_bytes, From(t, k));
-        K::template RunTokens<4>(rows + k, cols, x + t, out + t * out_stride + k, out_stride, pf);
+        Prefetcher<4> pf(cur, next, row_bytes, From(t, i));
+        K::template RunTokens<4>(cur, cols, x + t, out + t * out_stride + i, out_stride, q, pf);
       }
     }
     for (; t < n; ++t) {
-      Prefetcher<4> pf(rows + k, next, row_bytes, From(t, k));
-      K::template Run<4>(rows + k, cols, x[t], out + t * out_stride + k, pf);
+      Prefetcher<4> pf(cur, next, row_bytes, From(t, i));
+      K::template Run<4>(cur, cols, x[t], out + t * out_stride + i, q, pf);
     }
   }
-  for (; k < count; ++k) {
+  for (size_t k = 4 * q; k < count; ++k) {
     NextRows next;
     next.rows = rows + k + 1;
     next.count = k + 1 < count ? 1 : 0;
     for (size_t t = 0; t < n; ++t) {
       Prefetcher<1> pf(rows + k, next, row_bytes, From(t, k));
-      K::template Run<1>(rows + k, cols, x[t], out + t * out_stride + k, pf);
+      K::template Run<1>(rows + k, cols, x[t], out + t * out_stride + k, 1, pf);
     }
   }
 }
