@@ -199,6 +199,12 @@ void WriteFileAtomically(const std::string& path, std::string_view text, std::st
   }
 }
 
+bool IsSameFile(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
 void CheckWritable(const std::string& path, std::string_view what) {
   const auto fail = [&](const std::string& why) {
     ThrowInputError("cannot write ", what, " '", path, "': ", why);

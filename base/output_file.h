@@ -66,6 +66,10 @@ void WriteFileAtomically(const std::string& path, std::string_view text, std::st
 // (errno text) otherwise. Nothing is created.
 void CheckWritable(const std::string& path, std::string_view what);
 
+// True when both paths exist and name the same file (device and inode), so
+// that writing one would replace the other: an output that is its input.
+bool IsSameFile(const std::string& a, const std::string& b);
+
 // Checks that the file system that will hold `path` has `bytes` free (for
 // an unprivileged user), before a long write that would otherwise run
 // until the disk is full. InputError with both figures otherwise.

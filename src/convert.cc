@@ -19,6 +19,7 @@
 
 #include "base/aligned_buffer.h"
 #include "base/error.h"
+#include "base/output_file.h"
 #include "formats/bundle_writer.h"
 #include "formats/gguf.h"
 #include "formats/tokenizer_data.h"
@@ -232,11 +233,6 @@ void ReleasePages(const uint8_t* data, uint64_t bytes) {
   }
 }
 
-bool SameFile(const std::string& a, const std::string& b) {
-  struct stat sa {}, sb {};
-  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
-         sa.st_ino == sb.st_ino;
-}
 
 }  // namespace
 
@@ -259,7 +255,7 @@ void ConvertGgufToBundle(const std::string& gguf_path, const std::string& bundle
   if (!options.force && ::stat(bundle_path.c_str(), &st) == 0) {
     ThrowInputError("'", bundle_path, "' exists (use --force to overwrite)");
   }
-  if (SameFile(gguf_path, bundle_path)) {
+  if (IsSameFile(gguf_path, bundle_path)) {
     ThrowInputError("convert: the output '", bundle_path, "' is the input model");
   }
 
@@ -357,7 +353,7 @@ GgufWriteSummary WriteGguf(const std::string& gguf_path, const std::string& out_
   if (!force && ::stat(out_path.c_str(), &st) == 0) {
     ThrowInputError("'", out_path, "' exists (use --force to overwrite)");
   }
-  if (SameFile(gguf_path, out_path)) {
+  if (IsSameFile(gguf_path, out_path)) {
     ThrowInputError("convert: the output '", out_path, "' is the input model");
   }
   gguf::GgufFile src = gguf::GgufFile::Open(gguf_path);

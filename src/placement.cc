@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/output_file.h"
 #include "base/threads.h"
 #include "formats/bundle_writer.h"
 #include "formats/calibration.h"
@@ -232,12 +233,6 @@ double MeanRunsPerToken(const ChoiceLog& log, const std::vector<uint32_t>& slot_
 
 namespace {
 
-bool SameFile(const std::string& a, const std::string& b) {
-  struct stat sa {}, sb {};
-  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
-         sa.st_ino == sb.st_ino;
-}
-
 constexpr uint64_t kCopyBytes = uint64_t{16} << 20;  // records moved per step
 
 }  // namespace
@@ -247,7 +242,7 @@ void CheckPlacedOutput(const std::string& in_path, const std::string& out_path, 
   if (!force && ::stat(out_path.c_str(), &st) == 0) {
     ThrowInputError("'", out_path, "' exists (use --force to overwrite)");
   }
-  if (SameFile(in_path, out_path)) {
+  if (IsSameFile(in_path, out_path)) {
     ThrowInputError("place: the output '", out_path, "' is the input bundle");
   }
 }

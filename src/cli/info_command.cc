@@ -89,13 +89,9 @@ void PrintBundle(const bundle::Bundle& b, bool verify) {
   std::printf("bundle: %s layout, %s records, converted from %s\n",
               std::string(bundle::LayoutName(b.layout())).c_str(),
               std::string(TensorTypeName(b.record_type())).c_str(), source.c_str());
-  // Printed as stored, but as one line of printable bytes.
-  std::string placement =
-      b.header().GetString(bundle::keys::kPlacement).value_or("unit order (not placed)");
-  for (char& c : placement) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
-  std::printf("placement: %s\n", placement.c_str());
+  const std::optional<std::string> placement = b.header().GetString(bundle::keys::kPlacement);
+  std::printf("placement: %s\n",
+              placement ? gguf::Printable(*placement, 1024).c_str() : "unit order (not placed)");
   std::printf("  %-22s offset %12u  %12s\n", "header", 0u, FormatBytes(b.header_bytes()).c_str());
   std::printf("  %-22s offset %12" PRIu64 "  %12s  crc32c 0x%08x\n", "resident section",
               b.resident_offset(), FormatBytes(b.resident_bytes()).c_str(), b.resident_crc());

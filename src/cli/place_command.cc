@@ -136,12 +136,7 @@ int PlaceCommand(int argc, char** argv) {
                 before > 0 ? 100.0 * (after / before - 1.0) : 0.0);
   }
 
-  // One printable line (info prints it): the text's name without control
-  // characters.
-  std::string text_name = text_path.substr(text_path.find_last_of('/') + 1);
-  for (char& c : text_name) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
+  const std::string text_name = text_path.substr(text_path.find_last_of('/') + 1);
   const std::string description = StrCat(
       "co-activation of ", GetPolicyInfo(engine.sparsity.kind).name, " at density ",
       engine.sparsity.density, " over ", logged, " tokens of ", text_name, ", ", neighbours,
