@@ -6,8 +6,10 @@
 //
 // The cache is shaped like the neuron layout's: `count` records of three
 // parts [gate | up | down], each d_model elements of the record type, packed
-// back to back. DotRows reads the gate part of each selected record (as the
-// gate projection does), AxpyRows the down part (the down projection). The
+// back to back. DotRows reads the gate and up parts of each selected record
+// as two consecutive rows of its list (as the streamed FFN's neuron layout
+// does: one pass over the first two thirds of each record), AxpyRows the
+// down part (the down projection). The
 // selection is either every record in order or a random quarter of them in
 // random order (a token's working set in a cache that is not ordered by
 // need). Each repetition uses another copy of the cache, the copies
@@ -445,7 +447,7 @@ int Main(int argc, char** argv) {
         v = normal(rng);
         if (v == 0.0f) v = 0.5f;  // every row is used
       }
-      std::vector<float> out(n * shape.count), y(n * cols);
+      std::vector<float> out(2 * n * shape.count), y(n * cols);  // two rows per record at most
       std::vector<simd::GemvInput> inputs(n);
 
       for (int threads : thread_counts) {
@@ -454,16 +456,22 @@ int Main(int argc, char** argv) {
           if (!run_kernel[ki]) continue;
           const KernelInfo& kernel = kKernels[ki];
           const size_t part = kernel.reads_down && parts == 3 ? 2 : 0;  // down or gate
+          // Gate and up, or the down part alone.
+          const size_t rows_per_record = parts == 3 && !kernel.reads_down ? 2 : 1;
           for (const auto& [label, picked] : selections) {
             auto rows_of = [&](size_t copy) {
-              std::vector<const uint8_t*> rows(picked->size());
-              for (size_t k = 0; k < rows.size(); ++k) {
-                rows[k] = caches.copy(copy) + (*picked)[k] * caches.record_bytes +
-                          part * caches.part_bytes;
+              std::vector<const uint8_t*> rows;
+              rows.reserve(picked->size() * rows_per_record);
+              for (size_t unit : *picked) {
+                const uint8_t* first =
+                    caches.copy(copy) + unit * caches.record_bytes + part * caches.part_bytes;
+                for (size_t p = 0; p < rows_per_record; ++p) {
+                  rows.push_back(first + p * caches.part_bytes);
+                }
               }
               return rows;
             };
-            const size_t count = picked->size();
+            const size_t count = picked->size() * rows_per_record;
             CallTimer timer;
             auto run = [&](const std::vector<const uint8_t*>& rows) {
               timer.Start();

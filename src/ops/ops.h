@@ -90,21 +90,31 @@ bool PromptGemmUsesBf16();
 // inputs of the GEMV kernels, on each thread an unpacked row.
 uint64_t MatMulScratchBytes(size_t cols, size_t max_rows, size_t n);
 
-// A set of stored vectors ("rows") of one type and length: row k is at
-// base + index[k] * stride + offset (index == nullptr: row k at k * stride).
-// This is how a compacted unit cache's parts are seen: each cache row holds
-// several parts back to back, and `offset` picks one.
+// A set of stored vectors ("rows") of one type and length, taken from
+// records: record r is at base + index[r] * stride + offset (index ==
+// nullptr: at r * stride), and each record gives `parts` rows,
+// part_stride bytes apart. Row k is part k % parts of record k / parts, so
+// the rows of one record are listed together. This is how a compacted unit
+// cache's parts are seen: each cache row holds several parts back to back,
+// `offset` picks the first one used, and parts = 2 takes a neuron record's
+// gate and up parts in one pass over the record.
 struct RowSet {
   TensorType type = TensorType::kF32;
   const uint8_t* base = nullptr;
   size_t stride = 0;
   size_t offset = 0;
   size_t cols = 0;                  // elements per row
-  const uint32_t* index = nullptr;  // optional row selection
-  size_t count = 0;
+  const uint32_t* index = nullptr;  // optional record selection
+  size_t count = 0;                 // rows: records times parts
+  size_t parts = 1;
+  size_t part_stride = 0;
 
+  const uint8_t* record(size_t r) const {
+    return base + (index != nullptr ? index[r] : r) * stride + offset;
+  }
   const uint8_t* row(size_t k) const {
-    return base + (index != nullptr ? index[k] : k) * stride + offset;
+    if (parts == 1) return record(k);  // no division where there is one part
+    return record(k / parts) + (k % parts) * part_stride;
   }
 };
 

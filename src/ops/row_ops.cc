@@ -81,7 +81,11 @@ size_t Grain(const RowSet& rows) {
 const uint8_t* const* RowPointers(const RowSet& rows) {
   thread_local std::vector<const uint8_t*> pointers;
   pointers.resize(rows.count);
-  for (size_t k = 0; k < rows.count; ++k) pointers[k] = rows.row(k);
+  const size_t records = rows.count / rows.parts;
+  for (size_t r = 0, k = 0; r < records; ++r) {
+    const uint8_t* first = rows.record(r);
+    for (size_t p = 0; p < rows.parts; ++p) pointers[k++] = first + p * rows.part_stride;
+  }
   return pointers.data();
 }
 
@@ -180,7 +184,8 @@ void RowDotsByPanels(const RowSet& rows, const float* x, size_t n, float* out) {
   const uint8_t* first = rows.base + rows.offset;
   const bool float_aligned = rows.stride % sizeof(float) == 0 &&
                              reinterpret_cast<uintptr_t>(first) % alignof(float) == 0;
-  if (rows.index == nullptr && (rows.type != TensorType::kF32 || float_aligned)) {
+  if (rows.index == nullptr && rows.parts == 1 &&
+      (rows.type != TensorType::kF32 || float_aligned)) {
     w.type = rows.type;
     w.data = rows.base + rows.offset;
     w.rows = rows.count;
