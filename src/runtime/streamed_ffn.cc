@@ -82,12 +82,13 @@ size_t DotRowElems(const bundle::Bundle& b) {
   return elems;
 }
 
-// The length of the rows RowAxpys sums (every kind's parts: neuron down
-// parts, dip columns).
+// The length of the rows RowAxpys sums: neuron down parts, dip output
+// columns, and dip input records whole (AxpyColumns: both parts as one row).
 size_t AxpyRowElems(const bundle::Bundle& b) {
   size_t elems = 0;
   for (const bundle::UnitGroup& g : b.groups()) {
-    elems = std::max<size_t>(elems, g.part_padded_elems);
+    const size_t parts = g.kind == bundle::RecordKind::kDipInput ? g.parts : 1;
+    elems = std::max<size_t>(elems, parts * g.part_padded_elems);
   }
   return elems;
 }
@@ -184,8 +185,9 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
   // scratch does not grow with the cache.
   width_ = act_width;
   budget.Charge(act_reserve, "activations", minimum_hint);
-  gate_.Reset(max_batch * width_);
-  up_.Reset(max_batch * width_);
+  glu_.Reset(2 * max_batch * width_);
+  gate_ = glu_.data();
+  up_ = glu_.data() + max_batch * width_;
   coeff_.Reset(max_batch * width_);
   scores_.Reset(max_batch * width_);
   masked_x_.Reset(max_batch * config.d_model);
@@ -629,18 +631,18 @@ void StreamedFeedForward::ForwardNeuron(uint32_t layer, const float* x, size_t n
       ops::RowDots(set, x, n, coeff_.data());
       for (size_t t = 0; t < n; ++t) {
         const float* both = coeff_.data() + t * 2 * count;
-        float* gate = gate_.data() + t * count;
-        float* up = up_.data() + t * count;
+        float* gate = gate_ + t * count;
+        float* up = up_ + t * count;
         for (size_t k = 0; k < count; ++k) {
           gate[k] = both[2 * k];
           up[k] = both[2 * k + 1];
         }
       }
-      ops::SiluMul(gate_.data(), up_.data(), n * count, gate_.data());
+      ops::SiluMul(gate_, up_, n * count, gate_);
       set.offset = 2 * size_t{info.part_bytes};
       set.parts = 1;
       set.count = count;
-      ops::RowAxpys(set, gate_.data(), n, out);
+      ops::RowAxpys(set, gate_, n, out);
     }
   });
 }
@@ -648,10 +650,13 @@ void StreamedFeedForward::ForwardNeuron(uint32_t layer, const float* x, size_t n
 void StreamedFeedForward::ForwardDip(uint32_t layer, const float* x, size_t n, float* out) {
   Group& in = GroupFor(layer, bundle::RecordKind::kDipInput);
   Group& outg = GroupFor(layer, bundle::RecordKind::kDipOutput);
-  const size_t ff = in.info->part_padded_elems;  // accumulator row stride
+  const size_t ff = in.info->part_padded_elems;
   const size_t d = config_.d_model;
-  std::fill(gate_.data(), gate_.data() + n * ff, 0.0f);
-  std::fill(up_.data(), up_.data() + n * ff, 0.0f);
+  // Token t's up and gate sums are glu_'s row t, [up | gate]: an input
+  // record's two parts, summed as one row, so one pass reads each record.
+  float* const glu = glu_.data();
+  const size_t glu_stride = 2 * ff;
+  std::fill(glu, glu + n * glu_stride, 0.0f);
 
   // Up and gate: sums of input columns weighted by x, each token's own
   // top K of them (the others weigh 0 for that token).
@@ -672,17 +677,19 @@ void StreamedFeedForward::ForwardDip(uint32_t layer, const float* x, size_t n, f
     masks_.ApplyMask(x, d, masked_x_.data());
     xin = masked_x_.data();
   }
-  StreamGroup(in, need_, [&](const UnitRows& rows) {
-    AxpyColumns(in, rows, xin, d, n, {{0, up_.data()}, {in.info->part_bytes, gate_.data()}});
-  });
-  ops::SiluMul(gate_.data(), up_.data(), n * ff, gate_.data());
+  StreamGroup(in, need_, [&](const UnitRows& rows) { AxpyColumns(in, rows, xin, d, n, glu); });
+  // The GLU output replaces the gate sums: h[t] at glu + t * glu_stride + ff.
+  float* h = glu + ff;
+  for (size_t t = 0; t < n; ++t) {
+    float* gate = h + t * glu_stride;
+    ops::SiluMul(gate, gate - ff, ff, gate);
+  }
 
   // Down: sum of down columns weighted by the (pruned) GLU output.
-  float* h = gate_.data();
-  Choose(outg, h, n, ff);
-  if (!masks_.all()) masks_.ApplyMask(h, ff, h);
+  Choose(outg, h, n, glu_stride);
+  if (!masks_.all()) masks_.ApplyMask(h, glu_stride, h);
   StreamGroup(outg, need_, [&](const UnitRows& rows) {
-    AxpyColumns(outg, rows, h, ff, n, {{0, out}});
+    AxpyColumns(outg, rows, h, glu_stride, n, out);
   });
 }
 
@@ -692,26 +699,26 @@ void StreamedFeedForward::ForwardSplit(uint32_t layer, const float* x, size_t n,
   Group& down = GroupFor(layer, bundle::RecordKind::kDipOutput);
   const size_t ff = up.info->n_units;  // activations indexed by neuron
   const size_t d = config_.d_model;
-  std::fill(gate_.data(), gate_.data() + n * ff, 0.0f);
-  std::fill(up_.data(), up_.data() + n * ff, 0.0f);
+  std::fill(gate_, gate_ + n * ff, 0.0f);
+  std::fill(up_, up_ + n * ff, 0.0f);
 
   const std::optional<bundle::RecordKind> leader = policy_.SplitLeader();
   if (!leader) {
     // dense, glu: both row matrices whole.
     Choose(up, x, n, d);
-    DotRows(up, need_, x, n, ff, up_.data());
+    DotRows(up, need_, x, n, ff, up_);
     Choose(gate, x, n, d);
-    DotRows(gate, need_, x, n, ff, gate_.data());
-    ops::SiluMul(gate_.data(), up_.data(), n * ff, gate_.data());
-    Choose(down, gate_.data(), n, ff);
+    DotRows(gate, need_, x, n, ff, gate_);
+    ops::SiluMul(gate_, up_, n * ff, gate_);
+    Choose(down, gate_, n, ff);
   } else {
     // up / gate pruning: the leader matrix whole; its activations (W_up x,
     // or SiLU(W_gate x)) pick each token's neurons of the other two.
     const bool up_leads = *leader == bundle::RecordKind::kUpRow;
     Group& lead = up_leads ? up : gate;
     Group& follow = up_leads ? gate : up;
-    float* lead_act = up_leads ? up_.data() : gate_.data();
-    float* follow_act = up_leads ? gate_.data() : up_.data();
+    float* lead_act = up_leads ? up_ : gate_;
+    float* follow_act = up_leads ? gate_ : up_;
     Choose(lead, x, n, d);
     DotRows(lead, need_, x, n, ff, lead_act);
     const float* scores = lead_act;
@@ -724,14 +731,12 @@ void StreamedFeedForward::ForwardSplit(uint32_t layer, const float* x, size_t n,
     Choose(follow, scores, n, ff);
     DotRows(follow, need_, x, n, ff, follow_act);
   }
-  float* h = gate_.data();
-  if (leader) ops::SiluMul(gate_.data(), up_.data(), n * ff, h);
+  float* h = gate_;
+  if (leader) ops::SiluMul(gate_, up_, n * ff, h);
   // Each token keeps only its own neurons (the follower's choice, or for
   // glu the top K of |GLU|); the down columns are their union.
   if (!masks_.all()) masks_.ApplyMask(h, ff, h);
-  StreamGroup(down, need_, [&](const UnitRows& rows) {
-    AxpyColumns(down, rows, h, ff, n, {{0, out}});
-  });
+  StreamGroup(down, need_, [&](const UnitRows& rows) { AxpyColumns(down, rows, h, ff, n, out); });
 }
 
 ops::RowSet StreamedFeedForward::UnitRows::Slice(size_t first, size_t n) const {
@@ -784,8 +789,7 @@ void StreamedFeedForward::DotRows(Group& g, const std::vector<uint32_t>& units, 
 }
 
 void StreamedFeedForward::AxpyColumns(const Group& g, const UnitRows& rows, const float* src,
-                                      size_t src_stride, size_t n,
-                                      std::initializer_list<AxpyTarget> targets) {
+                                      size_t src_stride, size_t n, float* y) {
   for (size_t first = 0; first < rows.count; first += width_) {
     const size_t count = std::min(width_, rows.count - first);
     for (size_t t = 0; t < n; ++t) {
@@ -795,11 +799,10 @@ void StreamedFeedForward::AxpyColumns(const Group& g, const UnitRows& rows, cons
     }
     ops::RowSet set = rows.Slice(first, count);
     set.type = bundle_.record_type();
-    set.cols = g.info->part_padded_elems;
-    for (const AxpyTarget& target : targets) {
-      set.offset = target.first;
-      ops::RowAxpys(set, coeff_.data(), n, target.second);
-    }
+    // Parts are whole blocks (part_bytes is the bytes of part_padded_elems
+    // elements), so a record's parts read as one row of all their elements.
+    set.cols = size_t{g.info->parts} * g.info->part_padded_elems;
+    ops::RowAxpys(set, coeff_.data(), n, y);
   }
 }
 

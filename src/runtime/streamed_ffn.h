@@ -150,11 +150,11 @@ class StreamedFeedForward : public FeedForward {
   UnitRows CachedRows(const Group& g, const std::vector<uint32_t>& rows);
   // Dip layout: for the column rows `rows` of g, in slices of width_,
   // weighs each row by the activation of its unit (src[t * src_stride +
-  // unit] for token t) and adds it into each target (record part at byte
-  // offset `first`, accumulator `second`, rows of g's part_padded_elems).
-  using AxpyTarget = std::pair<uint64_t, float*>;
+  // unit] for token t) and adds it into y (n rows of g's payload: all its
+  // parts, part_padded_elems elements each, as one row, so that every
+  // record is read once, front to back).
   void AxpyColumns(const Group& g, const UnitRows& rows, const float* src, size_t src_stride,
-                   size_t n, std::initializer_list<AxpyTarget> targets);
+                   size_t n, float* y);
   Group& GroupFor(uint32_t layer, bundle::RecordKind kind);
 
   const bundle::Bundle& bundle_;
@@ -188,7 +188,13 @@ class StreamedFeedForward : public FeedForward {
   // Scratch: coefficients/activations for max_batch tokens x width_, the
   // masked input, and the policy's per-token choices.
   size_t width_ = 0;
-  AlignedBuffer<float> gate_, up_, coeff_, scores_, masked_x_, ones_, select_scratch_;
+  AlignedBuffer<float> coeff_, scores_, masked_x_, ones_, select_scratch_;
+  // The gate and up activations: gate_ and up_ are the two max_batch x
+  // width_ halves of glu_, except in ForwardDip, which uses glu_ as rows of
+  // [up | gate] per token (its input records' parts, in one row each).
+  AlignedBuffer<float> glu_;
+  float* gate_ = nullptr;
+  float* up_ = nullptr;
   TokenMasks masks_;
   std::vector<uint32_t> need_, misses_, candidates_, victims_, expired_, rows_, prefetched_;
   std::vector<uint32_t> row_units_, staged_, staged_units_;
