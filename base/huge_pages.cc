@@ -65,11 +65,13 @@ HugePageBuffer::~HugePageBuffer() {
   if (data_ != nullptr) ::munmap(data_, size_);
 }
 
-void ReleaseWholePages(const void* p, size_t n) {
+size_t ReleaseWholePages(const void* p, size_t n) {
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
   const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  if (end <= begin) return 0;
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  return end - begin;
 }
 
 }  // namespace sparrow

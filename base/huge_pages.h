@@ -43,7 +43,8 @@ class HugePageBuffer {
 // Gives the physical pages wholly inside [p, p + n) back to the system,
 // for memory whose contents are no longer needed: a private file mapping
 // (later reads see the file again) or anonymous memory (later reads see
-// zeros). Pages that [p, p + n) shares with neighbours are kept.
-void ReleaseWholePages(const void* p, size_t n);
+// zeros). Pages that [p, p + n) shares with neighbours are kept. Returns
+// the bytes of the pages given back.
+size_t ReleaseWholePages(const void* p, size_t n);
 
 }  // namespace sparrow

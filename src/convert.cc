@@ -8,9 +8,7 @@
 // ever held in memory.
 #include "src/convert.h"
 
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -19,6 +17,7 @@
 
 #include "base/aligned_buffer.h"
 #include "base/error.h"
+#include "base/huge_pages.h"
 #include "base/output_file.h"
 #include "formats/bundle_writer.h"
 #include "formats/gguf.h"
@@ -225,14 +224,8 @@ void WriteGroup(const bundle::UnitGroup& g, const std::vector<PartSource>& sourc
 // few tiles rather than growing to the model's size; under a memory cap the
 // kernel could reclaim them anyway, but RSS would say otherwise.
 void ReleasePages(const uint8_t* data, uint64_t bytes) {
-  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  const uint64_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
-  const uint64_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
-  if (end > begin) {
-    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory
-  }
+  (void)ReleaseWholePages(data, static_cast<size_t>(bytes));
 }
-
 
 }  // namespace
 

@@ -8,7 +8,9 @@
 #include "formats/bundle.h"
 #include "formats/gguf.h"
 #include "formats/tokenizer_data.h"
+#include "base/huge_pages.h"
 #include "base/threads.h"
+#include "src/runtime/flash_embeddings.h"
 
 namespace sparrow {
 namespace {
@@ -57,9 +59,12 @@ SessionShape ShapeFor(const EngineOptions& options, size_t n_ctx, size_t max_bat
 // everything fixed, then the least the streamed FFN can work with.
 struct BundleCharges {
   uint64_t process = 0, metadata = 0, resident = 0, session = 0, ffn_minimum = 0;
+  // KeepEmbeddingsOnFlash's, charged while the whole section is held.
+  uint64_t embedding_checksums = 0;
   static constexpr uint64_t kLoaderBuffers = 256u << 10;
   uint64_t Minimum() const {
-    return process + metadata + resident + session + ffn_minimum + kLoaderBuffers;
+    return process + metadata + resident + session + embedding_checksums + ffn_minimum +
+           kLoaderBuffers;
   }
 };
 
@@ -75,6 +80,7 @@ BundleCharges ChargesOf(const bundle::Bundle& bndl, const ModelConfig& config,
   c.session = Session::MemoryBytes(config, ShapeFor(options, n_ctx, max_batch, options.n_seqs),
                                    /*dense_ffn=*/false);
   c.ffn_minimum = StreamedFeedForward::MinimumBytes(bndl, options.stream, config, max_batch);
+  c.embedding_checksums = FlashEmbeddings::MemoryBytes(config.n_vocab);
   return c;
 }
 
@@ -88,6 +94,29 @@ std::string BlockNote(size_t chosen, size_t top, const MemoryBudget& budget,
                 budget.unlimited() ? "no --dram-budget" :
                 chosen < top ? "the most the budget holds" : "the budget holds more");
   return line;
+}
+
+constexpr char kResidentItem[] = "resident weights (attention, embeddings, output)";
+
+// Under a budget, an embedding table the output head does not share stays
+// on flash (FlashEmbeddings): its pages are given back once each row's
+// checksum is taken, and so is their charge, for the unit caches that come
+// next. The whole section is charged (and held) while it loads and the
+// checksums are taken, so the minimum budget (BundleCharges) counts both.
+void KeepEmbeddingsOnFlash(const bundle::Bundle& bndl, const gguf::GgufFile& resident,
+                           Model& model, MemoryBudget& budget, uint64_t minimum) {
+  const gguf::TensorInfo* table = resident.FindTensor("token_embd.weight");
+  if (table == nullptr || resident.FindTensor("output.weight") == nullptr) return;
+  const ops::MatrixView& view = model.weights().token_embd;
+  if (view.packed || view.data != table->data) return;  // not the loaded bytes: keep it
+  budget.Charge(FlashEmbeddings::MemoryBytes(view.rows), "embedding row checksums", minimum);
+  auto flash = std::make_shared<FlashEmbeddings>(
+      bndl.fd(), bndl.path(), bndl.resident_offset() + resident.data_offset() + table->offset,
+      view);
+  const size_t released = ReleaseWholePages(table->data, table->n_bytes);
+  budget.Refund(released, kResidentItem,
+                "resident weights (attention, output; embeddings read from flash)");
+  model.ReadEmbeddingsWith([flash](uint32_t token, float* out) { flash->Row(token, out); });
 }
 
 LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
@@ -126,7 +155,7 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
                  session = fixed.session, minimum = fixed.Minimum();
   budget.Charge(process, "process (code, libraries, stacks)", minimum);
   budget.Charge(metadata, "metadata and tokenizer", minimum);
-  budget.Charge(resident, "resident weights (attention, embeddings, output)", minimum);
+  budget.Charge(resident, kResidentItem, minimum);
   budget.Charge(session, "KV cache and activations", minimum);
 
   auto storage = std::make_shared<BundleStorage>();
@@ -136,6 +165,9 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   std::unique_ptr<Tokenizer> tokenizer = Tokenizer::Create(tokenizer_data);
   out.model = std::make_unique<Model>(std::move(config), std::move(tokenizer), std::move(weights),
                                       storage);
+  if (!budget.unlimited()) {
+    KeepEmbeddingsOnFlash(*bndl, *storage->resident, *out.model, budget, minimum);
+  }
   // dip/dip-ca without an explicit split use the one calibrated for this
   // bundle (sparrow calibrate), when it covers the density.
   const SparsityOptions sparsity = WithCalibratedSplit(options.sparsity, bndl->calibration());

@@ -1,7 +1,8 @@
 // Opening a model for running, whatever its file: a GGUF runs dense with
 // every weight resident (mapped); a Sparrow bundle runs with attention and
-// embeddings resident and the feed-forward streamed from flash within a
-// DRAM budget. Frontends (the CLI) go through this.
+// the output head resident and the feed-forward streamed from flash within
+// a DRAM budget (the embedding table resident too without a budget, else
+// read a row per token). Frontends (the CLI) go through this.
 #pragma once
 
 #include <cstddef>

@@ -496,6 +496,68 @@ TEST_CASE("a streamed model works on after a pass that failed part way") {
   CHECK_FALSE(loaded.streamed->stats().open());
 }
 
+// Under a DRAM budget the embedding table (stories260K's is not the output
+// head's) stays on flash: the same logits, its memory given back to the
+// budget, and a row that changed in the file since it was loaded refused
+// with one line, the session working on once the file is whole again.
+TEST_CASE("under a budget a bundle's embedding table is read from flash, each row checked") {
+  TempDir dir;
+  const std::string path = dir.File("stories.sparrow");
+  ConvertGgufToBundle(Stories(), path, ConvertOptions{});
+  const Bundle b = Bundle::Open(path);
+  const gguf::GgufFile resident = b.LoadResident();
+  const gguf::TensorInfo* table = resident.FindTensor("token_embd.weight");
+  REQUIRE(table != nullptr);
+  const uint64_t row_bytes = table->n_bytes / table->rows();
+
+  EngineOptions options;
+  options.n_ctx = 64;
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 301, 29};
+  LoadedModel fresh = OpenModel(path, options);
+  CHECK_FALSE(fresh.model->weights().embedding_row);
+  const std::unique_ptr<Session> reference = fresh.NewSession();
+  const float* want_logits = reference->Eval(prompt.data(), prompt.size(), false);
+  const std::vector<float> want(want_logits, want_logits + fresh.model->config().n_vocab);
+  uint64_t resident_without = 0;
+  for (const auto& [what, bytes] : fresh.budget->items()) {
+    if (Contains(what, "resident")) resident_without = bytes;
+  }
+
+  options.dram_budget = 64ull << 20;
+  LoadedModel loaded = OpenModel(path, options);
+  REQUIRE(loaded.model->weights().embedding_row);
+  uint64_t resident_with = 0, checksums = 0;
+  for (const auto& [what, bytes] : loaded.budget->items()) {
+    if (Contains(what, "resident")) {
+      CHECK(Contains(what, "embeddings read from flash"));
+      resident_with = bytes;
+    }
+    if (what == "embedding row checksums") checksums = bytes;
+  }
+  CHECK(checksums == 4 * table->rows());
+  // The table's whole pages are given back (all but at most two).
+  CHECK(resident_without - resident_with + 2 * 4096 >= table->n_bytes);
+  CHECK(resident_without - resident_with <= table->n_bytes);
+
+  const std::unique_ptr<Session> session = loaded.NewSession();
+  {
+    const float* got = session->Eval(prompt.data(), prompt.size(), false);
+    for (size_t i = 0; i < want.size(); ++i) REQUIRE(got[i] == want[i]);
+  }
+  session->Reset();
+  const uint64_t row_403 = b.resident_offset() + resident.data_offset() + table->offset +
+                           403 * row_bytes;
+  {
+    const FlippedByte flip(path, row_403 + 5);
+    const std::string msg = ErrorOf([&] { session->Eval(prompt.data(), prompt.size(), false); });
+    CHECK(msg == StrCat(path, ": the embedding of token 403 (file offset ", row_403,
+                        ") differs from the one loaded: the bundle changed while in use"));
+  }
+  session->Reset();
+  const float* got = session->Eval(prompt.data(), prompt.size(), false);
+  for (size_t i = 0; i < want.size(); ++i) REQUIRE(got[i] == want[i]);
+}
+
 // A bundle's model has no FFN weights: its sessions run the engine's one
 // streamed FFN (its unit caches are what the budget holds), taking turns.
 // A session cannot be made without it, and two passes cannot overlap.

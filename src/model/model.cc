@@ -265,7 +265,14 @@ void Session::Forward(size_t n, float* logits) {
   float* x = ws_.x.data();
   float* h = ws_.h.data();
 
-  for (size_t t = 0; t < n; ++t) ops::GetRow(w.token_embd, tokens_[t], x + t * d);
+  for (size_t t = 0; t < n; ++t) {
+    const auto token = static_cast<uint32_t>(tokens_[t]);
+    if (w.embedding_row) {
+      w.embedding_row(token, x + t * d);
+    } else {
+      ops::GetRow(w.token_embd, token, x + t * d);
+    }
+  }
   RopeTables(n);
 
   // The feed-forward hears where each pass begins and ends, also when an

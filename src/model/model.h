@@ -6,8 +6,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/aligned_buffer.h"
@@ -37,6 +39,11 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelWeights& weights() const { return weights_; }
+  // From now on, token embeddings come from `row` (ModelWeights::
+  // embedding_row) instead of the table in memory. Before any session.
+  void ReadEmbeddingsWith(std::function<void(uint32_t token, float* out)> row) {
+    weights_.embedding_row = std::move(row);
+  }
   // Whether the feed-forward weights are bound (a GGUF); a bundle's model
   // has none, and its sessions run the engine's streamed FFN.
   bool has_ffn_weights() const;

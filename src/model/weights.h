@@ -5,6 +5,7 @@
 // their own.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,10 @@ struct ModelWeights {
   // Where PrepareWeightsForDecode put the matrices (null before, or when it
   // left them in place).
   std::shared_ptr<HugePageBuffer> decode_matrices;
+  // When set, the embedding table is not in memory (token_embd gives its
+  // type and shape, and its data must not be read): this writes the row of
+  // a token, dequantized, to `out` (d_model floats).
+  std::function<void(uint32_t token, float* out)> embedding_row;
 };
 
 // Binds every tensor the architecture needs. `with_ffn` = false skips
