@@ -83,11 +83,14 @@ class BundleFile {
       }
 #if defined(POSIX_FADV_DONTNEED)
       if (uncached) {
-        // To the end of the file, not just the bytes read: the kernel
-        // drops only whole folios inside the range, and a large folio
-        // (or read-ahead) reaching past the last byte read would keep
-        // records cached.
-        (void)::posix_fadvise(fd_, static_cast<off_t>(offset), 0, POSIX_FADV_DONTNEED);
+        // To the end of the file, not just the bytes read, and from the
+        // start of the page holding the first byte: the kernel drops only
+        // whole folios inside the range, so a read that starts inside a
+        // page (one embedding row) or a large folio (or read-ahead)
+        // reaching past the last byte read would keep them cached.
+        static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+        (void)::posix_fadvise(fd_, static_cast<off_t>(offset / page * page), 0,
+                              POSIX_FADV_DONTNEED);
       }
 #endif
       p += got;
@@ -594,6 +597,13 @@ void Bundle::ReadRecords(const UnitGroup& group, uint32_t first_slot, uint32_t c
   file_->ReadAt(dst, uint64_t{count} * group.record_bytes,
                 group.offset + uint64_t{first_slot} * group.record_bytes, "records",
                 /*uncached=*/true);
+}
+
+void Bundle::ReadResidentBytes(uint64_t offset, uint64_t n, uint8_t* dst, const char* what) const {
+  if (offset > resident_bytes_ || n > resident_bytes_ - offset) {
+    throw std::logic_error("Bundle::ReadResidentBytes: bytes past the resident section");
+  }
+  file_->ReadAt(dst, n, resident_offset_ + offset, what, /*uncached=*/true);
 }
 
 void Bundle::VerifyRecord(const UnitGroup& group, uint32_t unit, const uint8_t* record) const {

@@ -217,6 +217,11 @@ class Bundle {
   void ReadRecords(const UnitGroup& group, uint32_t first_slot, uint32_t count,
                    uint8_t* dst) const;
 
+  // Reads bytes [offset, offset + n) of the resident section into dst, not
+  // verified, leaving no copy in the page cache (one row of a table left on
+  // flash). InputError naming `what` on an I/O error or a short file.
+  void ReadResidentBytes(uint64_t offset, uint64_t n, uint8_t* dst, const char* what) const;
+
   // Checks the CRC32C at the end of a record just read (record_bytes bytes
   // at `record`); InputError naming the file, layer, kind, unit and file
   // offset when it does not match.

@@ -103,16 +103,16 @@ constexpr char kResidentItem[] = "resident weights (attention, embeddings, outpu
 // checksum is taken, and so is their charge, for the unit caches that come
 // next. The whole section is charged (and held) while it loads and the
 // checksums are taken, so the minimum budget (BundleCharges) counts both.
-void KeepEmbeddingsOnFlash(const bundle::Bundle& bndl, const gguf::GgufFile& resident,
-                           Model& model, MemoryBudget& budget, uint64_t minimum) {
+void KeepEmbeddingsOnFlash(const std::shared_ptr<const bundle::Bundle>& bndl,
+                           const gguf::GgufFile& resident, Model& model, MemoryBudget& budget,
+                           uint64_t minimum) {
   const gguf::TensorInfo* table = resident.FindTensor("token_embd.weight");
   if (table == nullptr || resident.FindTensor("output.weight") == nullptr) return;
   const ops::MatrixView& view = model.weights().token_embd;
   if (view.packed || view.data != table->data) return;  // not the loaded bytes: keep it
   budget.Charge(FlashEmbeddings::MemoryBytes(view.rows), "embedding row checksums", minimum);
-  auto flash = std::make_shared<FlashEmbeddings>(
-      bndl.fd(), bndl.path(), bndl.resident_offset() + resident.data_offset() + table->offset,
-      view);
+  auto flash = std::make_shared<FlashEmbeddings>(bndl, resident.data_offset() + table->offset,
+                                                 view);
   const size_t released = ReleaseWholePages(table->data, table->n_bytes);
   budget.Refund(released, kResidentItem,
                 "resident weights (attention, output; embeddings read from flash)");
@@ -166,7 +166,7 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   out.model = std::make_unique<Model>(std::move(config), std::move(tokenizer), std::move(weights),
                                       storage);
   if (!budget.unlimited()) {
-    KeepEmbeddingsOnFlash(*bndl, *storage->resident, *out.model, budget, minimum);
+    KeepEmbeddingsOnFlash(bndl, *storage->resident, *out.model, budget, minimum);
   }
   // dip/dip-ca without an explicit split use the one calibrated for this
   // bundle (sparrow calibrate), when it covers the density.

@@ -8,19 +8,21 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
+#include <memory>
 #include <vector>
 
+#include "formats/bundle.h"
 #include "src/ops/ops.h"
 
 namespace sparrow {
 
 class FlashEmbeddings {
  public:
-  // `table`: the table as loaded (verified) into memory, whose bytes are
-  // at `file_offset` of the file open as `fd` (`path` for messages). Takes
-  // each row's checksum from it; the table's memory is not used afterwards.
-  FlashEmbeddings(int fd, std::string path, uint64_t file_offset, const ops::MatrixView& table);
+  // `table`: the table as loaded (verified) into memory from `bundle`'s
+  // resident section, where its bytes start at `section_offset`. Takes each
+  // row's checksum from it; the table's memory is not used afterwards.
+  FlashEmbeddings(std::shared_ptr<const bundle::Bundle> bundle, uint64_t section_offset,
+                  const ops::MatrixView& table);
 
   // Writes the row of `token`, dequantized, to out (table.cols floats).
   // InputError if the read fails or the row differs from the one loaded.
@@ -30,9 +32,8 @@ class FlashEmbeddings {
   static uint64_t MemoryBytes(uint64_t rows) { return rows * sizeof(uint32_t); }
 
  private:
-  int fd_;
-  std::string path_;
-  uint64_t file_offset_;
+  std::shared_ptr<const bundle::Bundle> bundle_;
+  uint64_t section_offset_;
   ops::MatrixView shape_;  // type, rows, cols, row_bytes; no data
   std::vector<uint32_t> row_crc_;
 };
