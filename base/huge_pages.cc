@@ -34,7 +34,7 @@ uint64_t HugePageBufferBytes(uint64_t bytes) {
   return (bytes + kHugePage - 1) / kHugePage * kHugePage;
 }
 
-HugePageBuffer::HugePageBuffer(size_t bytes) {
+HugePageBuffer::HugePageBuffer(size_t bytes, bool advise_huge_pages) {
   if (bytes == 0) return;
   const size_t size = HugePageBufferBytes(bytes);
   // Map one huge page more than needed and trim both ends to alignment.
@@ -49,7 +49,7 @@ HugePageBuffer::HugePageBuffer(size_t bytes) {
   data_ = reinterpret_cast<uint8_t*>(aligned);
   size_ = size;
 #if defined(MADV_HUGEPAGE)
-  ::madvise(data_, size_, MADV_HUGEPAGE);  // advice: small pages if refused
+  if (advise_huge_pages) ::madvise(data_, size_, MADV_HUGEPAGE);  // small pages if refused
 #endif
 }
 
@@ -65,8 +65,17 @@ HugePageBuffer::~HugePageBuffer() {
   if (data_ != nullptr) ::munmap(data_, size_);
 }
 
+size_t PageBytes() { return static_cast<size_t>(::sysconf(_SC_PAGESIZE)); }
+
+uint64_t WholePageBytesWithin(uint64_t offset, uint64_t n) {
+  const uint64_t page = PageBytes();
+  const uint64_t begin = (offset + page - 1) / page * page;
+  const uint64_t end = (offset + n) / page * page;
+  return end > begin ? end - begin : 0;
+}
+
 size_t ReleaseWholePages(const void* p, size_t n) {
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t page = PageBytes();
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
   const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
   if (end <= begin) return 0;

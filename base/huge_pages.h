@@ -24,8 +24,10 @@ class HugePageBuffer {
  public:
   HugePageBuffer() = default;
   // Maps HugePageBufferBytes(bytes) of zeroed memory; std::bad_alloc if the
-  // system refuses. Physical pages are taken as they are first written.
-  explicit HugePageBuffer(size_t bytes);
+  // system refuses. Physical pages are taken as they are first written:
+  // without `advise_huge_pages`, 4 KiB at a time, so that a range never
+  // written is never backed, even beside written ones.
+  explicit HugePageBuffer(size_t bytes, bool advise_huge_pages = true);
   HugePageBuffer(HugePageBuffer&& other) noexcept;
   HugePageBuffer& operator=(HugePageBuffer&& other) noexcept;
   HugePageBuffer(const HugePageBuffer&) = delete;
@@ -46,5 +48,11 @@ class HugePageBuffer {
 // zeros). Pages that [p, p + n) shares with neighbours are kept. Returns
 // the bytes of the pages given back.
 size_t ReleaseWholePages(const void* p, size_t n);
+
+// The system's page size.
+size_t PageBytes();
+// Bytes of the pages wholly inside bytes [offset, offset + n) of a
+// page-aligned buffer: what a range never written leaves unbacked.
+uint64_t WholePageBytesWithin(uint64_t offset, uint64_t n);
 
 }  // namespace sparrow

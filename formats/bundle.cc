@@ -15,6 +15,7 @@
 #include "base/checked_math.h"
 #include "base/crc32c.h"
 #include "base/error.h"
+#include "base/huge_pages.h"
 
 namespace sparrow::bundle {
 namespace {
@@ -552,17 +553,80 @@ const UnitGroup* Bundle::FindGroup(uint32_t layer, RecordKind kind) const {
   return &groups_[size_t{layer} * kinds.size() + static_cast<size_t>(it - kinds.begin())];
 }
 
-gguf::GgufFile Bundle::LoadResident() const {
+gguf::GgufFile Bundle::ReadResidentHeader() const {
+  // The header is a few KiB (tensor names and shapes; the tokenizer is in
+  // the bundle header): read a prefix, twice as long while it falls short.
+  uint64_t n = std::min<uint64_t>(resident_bytes_, 64u << 10);
+  for (;;) {
+    std::vector<uint8_t> prefix(n);
+    file_->ReadAt(prefix.data(), n, resident_offset_, "resident section", /*uncached=*/true);
+    try {
+      return gguf::GgufFile::HeaderFromPrefix(std::move(prefix), resident_bytes_,
+                                              path_ + " (resident section)");
+    } catch (const InputError&) {
+      if (n == resident_bytes_) throw;
+    }
+    n = std::min(resident_bytes_, 2 * n);
+  }
+}
+
+uint64_t Bundle::PassedTensorBytes(const gguf::GgufFile& header, const gguf::TensorInfo& t) {
+  return WholePageBytesWithin(header.data_offset() + t.offset, t.n_bytes);
+}
+
+gguf::GgufFile Bundle::LoadResident(const PassedTensor* pass) const {
   const BundleFile& file = *file_;
-  std::vector<uint8_t> bytes(resident_bytes_);
-  file.ReadAt(bytes.data(), bytes.size(), resident_offset_, "resident section",
-              /*uncached=*/true);
-  const uint32_t crc = Crc32c(bytes.data(), bytes.size());
+  const std::string name = path_ + " (resident section)";
+  // A fresh anonymous mapping, on small pages: the pages of a passed
+  // tensor, never written, are never backed.
+  HugePageBuffer bytes(resident_bytes_, /*advise_huge_pages=*/false);
+  uint64_t skip_begin = resident_bytes_, skip_end = resident_bytes_, row_bytes = 1;
+  gguf::TensorInfo planned;
+  if (pass != nullptr) {
+    const gguf::GgufFile header = ReadResidentHeader();
+    const gguf::TensorInfo* t = header.FindTensor(pass->name);
+    if (t == nullptr) throw std::logic_error("Bundle::LoadResident: no tensor " + pass->name);
+    planned = *t;
+    skip_begin = header.data_offset() + t->offset;
+    skip_end = skip_begin + t->n_bytes;
+    row_bytes = t->n_bytes / std::max<uint64_t>(1, t->rows());
+  }
+  // [0, skip_begin) and [skip_end, size) into `bytes`; the passed tensor a
+  // few rows at a time through `piece`; the checksum over all of it in order.
+  uint32_t crc = 0;
+  auto keep = [&](uint64_t from, uint64_t to) {
+    if (to <= from) return;
+    file.ReadAt(bytes.data() + from, to - from, resident_offset_ + from, "resident section",
+                /*uncached=*/true);
+    crc = Crc32c(bytes.data() + from, to - from, crc);
+  };
+  keep(0, skip_begin);
+  if (skip_end > skip_begin) {
+    const uint64_t per_piece = std::max<uint64_t>(1, (256u << 10) / row_bytes);
+    std::vector<uint8_t> piece(per_piece * row_bytes);
+    for (uint64_t row = 0, at = skip_begin; at < skip_end; row += per_piece) {
+      const uint64_t n = std::min(per_piece * row_bytes, skip_end - at);
+      file.ReadAt(piece.data(), n, resident_offset_ + at, "resident section", /*uncached=*/true);
+      crc = Crc32c(piece.data(), n, crc);
+      pass->rows(row, n / row_bytes, piece.data());
+      at += n;
+    }
+  }
+  keep(skip_end, resident_bytes_);
   if (crc != resident_crc_) {
     ThrowInputError(path_, ": resident section checksum mismatch (stored ", Hex32(resident_crc_),
                     ", computed ", Hex32(crc), "): the bundle is corrupted");
   }
-  return gguf::GgufFile::FromBytes(std::move(bytes), path_ + " (resident section)");
+  gguf::GgufFile file_out = gguf::GgufFile::FromBuffer(std::move(bytes), resident_bytes_, name);
+  if (pass != nullptr) {
+    const gguf::TensorInfo* t = file_out.FindTensor(pass->name);
+    if (t == nullptr || t->offset != planned.offset || t->n_bytes != planned.n_bytes ||
+        t->type != planned.type || t->dims != planned.dims ||
+        file_out.data_offset() + t->offset != skip_begin) {
+      ThrowInputError(path_, ": the resident section changed while it was loading");
+    }
+  }
+  return file_out;
 }
 
 void Bundle::VerifyAll(const std::function<void(uint64_t, uint64_t)>& progress) const {

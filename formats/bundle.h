@@ -200,11 +200,31 @@ class Bundle {
   // nullptr when the layout has no such kind.
   const UnitGroup* FindGroup(uint32_t layer, RecordKind kind) const;
 
+  // The resident section's GGUF header alone (metadata and tensor infos,
+  // null data pointers), parsed from its first bytes, for planning memory
+  // before LoadResident. Not checksummed: LoadResident checks the section.
+  gguf::GgufFile ReadResidentHeader() const;
+
+  // A resident tensor that LoadResident hands over a few rows at a time
+  // instead of keeping: rows(first_row, count, bytes) sees every row once,
+  // in order, before the section's checksum is known to match.
+  struct PassedTensor {
+    std::string name;
+    std::function<void(uint64_t first_row, uint64_t count, const uint8_t* bytes)> rows;
+  };
+
   // Reads the resident section into memory, checks its CRC32C and parses it.
   // InputError ("... resident section checksum mismatch ...") on corruption.
   // The returned file owns its bytes; tensor data pointers stay valid while
-  // it lives.
-  gguf::GgufFile LoadResident() const;
+  // it lives. With `pass` naming a tensor of the section, that tensor is
+  // read through a buffer of about 256 KiB instead: the whole pages of it
+  // in the returned file's memory are never written and stay unbacked
+  // (PassedTensorBytes), and its data pointer must not be read. The section
+  // changing between the header's read and the load is an InputError.
+  gguf::GgufFile LoadResident(const PassedTensor* pass = nullptr) const;
+  // The DRAM that passing `t` (a tensor of `header`, ReadResidentHeader's)
+  // leaves out of LoadResident's memory.
+  static uint64_t PassedTensorBytes(const gguf::GgufFile& header, const gguf::TensorInfo& t);
 
   // Reads the whole file and checks every checksum (resident section, every
   // record), e.g. for `sparrow info --verify`; the first mismatch is thrown

@@ -22,6 +22,7 @@
 #include <variant>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "base/mapped_file.h"
 #include "base/output_file.h"
 #include "base/tensor_type.h"
@@ -124,6 +125,16 @@ class GgufFile {
   static GgufFile Open(const std::string& path);
   // Validates an in-memory image (tests, fuzzers). `name` is used in messages.
   static GgufFile FromBytes(std::vector<uint8_t> bytes, std::string name);
+  // The same for an image in the first `size` bytes of an anonymous mapping
+  // (a bundle's resident section): pages of it never written stay unbacked.
+  static GgufFile FromBuffer(HugePageBuffer buffer, uint64_t size, std::string name);
+  // The header alone (metadata and tensor infos) from the first bytes of an
+  // image of `image_size` bytes: tensor extents are checked against
+  // image_size, TensorInfo::data stays null, file_size() is the prefix's.
+  // InputError as FromBytes gives, also when the header runs past `prefix`
+  // (a longer prefix may then parse).
+  static GgufFile HeaderFromPrefix(std::vector<uint8_t> prefix, uint64_t image_size,
+                                   std::string name);
 
   GgufFile(GgufFile&&) noexcept;
   GgufFile& operator=(GgufFile&&) noexcept;
@@ -160,11 +171,14 @@ class GgufFile {
 
  private:
   GgufFile() = default;
-  void Parse();
+  // Parses the header from bytes_[0, size_); tensors must end by
+  // `image_size`; their data pointers are set only when `bind_data`.
+  void Parse(uint64_t image_size, bool bind_data);
 
   std::string name_;
   std::unique_ptr<MappedFile> mapping_;  // set for Open()
-  std::vector<uint8_t> owned_;           // set for FromBytes()
+  std::vector<uint8_t> owned_;           // set for FromBytes() and HeaderFromPrefix()
+  HugePageBuffer buffer_;                // set for FromBuffer()
   const uint8_t* bytes_ = nullptr;
   uint64_t size_ = 0;
   uint32_t version_ = 0;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <stdexcept>
 #include <utility>
 
 #include "base/checked_math.h"
@@ -188,6 +189,7 @@ GgufFile& GgufFile::operator=(GgufFile&& other) noexcept {
     name_ = std::move(other.name_);
     mapping_ = std::move(other.mapping_);
     owned_ = std::move(other.owned_);
+    buffer_ = std::move(other.buffer_);
     bytes_ = std::exchange(other.bytes_, nullptr);
     size_ = std::exchange(other.size_, 0);
     version_ = other.version_;
@@ -213,7 +215,7 @@ GgufFile GgufFile::Open(const std::string& path) {
   file.mapping_ = std::make_unique<MappedFile>(path);
   file.bytes_ = file.mapping_->data();
   file.size_ = file.mapping_->size();
-  file.Parse();
+  file.Parse(file.size_, /*bind_data=*/true);
   return file;
 }
 
@@ -223,11 +225,33 @@ GgufFile GgufFile::FromBytes(std::vector<uint8_t> bytes, std::string name) {
   file.owned_ = std::move(bytes);
   file.bytes_ = file.owned_.data();
   file.size_ = file.owned_.size();
-  file.Parse();
+  file.Parse(file.size_, /*bind_data=*/true);
   return file;
 }
 
-void GgufFile::Parse() {
+GgufFile GgufFile::FromBuffer(HugePageBuffer buffer, uint64_t size, std::string name) {
+  if (size > buffer.size()) throw std::invalid_argument("GgufFile::FromBuffer: size past the buffer");
+  GgufFile file;
+  file.name_ = std::move(name);
+  file.buffer_ = std::move(buffer);
+  file.bytes_ = file.buffer_.data();
+  file.size_ = size;
+  file.Parse(file.size_, /*bind_data=*/true);
+  return file;
+}
+
+GgufFile GgufFile::HeaderFromPrefix(std::vector<uint8_t> prefix, uint64_t image_size,
+                                    std::string name) {
+  GgufFile file;
+  file.name_ = std::move(name);
+  file.owned_ = std::move(prefix);
+  file.bytes_ = file.owned_.data();
+  file.size_ = file.owned_.size();
+  file.Parse(image_size, /*bind_data=*/false);
+  return file;
+}
+
+void GgufFile::Parse(uint64_t image_size, bool bind_data) {
   Parser p(bytes_, size_, name_);
   CheckMagicAndVersion(p, bytes_, size_);
 
@@ -354,11 +378,11 @@ void GgufFile::Parse() {
       p.Fail("tensor '", Printable(t.name), "' data extent overflows (offset ", t.offset,
              ", ", t.n_bytes, " bytes)");
     }
-    if (end > size_) {
+    if (end > image_size) {
       p.Fail("tensor '", Printable(t.name), "' data ends at byte ", end,
-             " past the end of the file (", size_, " bytes)");
+             " past the end of the file (", image_size, " bytes)");
     }
-    t.data = bytes_ + start;
+    t.data = bind_data ? bytes_ + start : nullptr;
   }
 
   // Tensors may be stored in any order but must not share bytes.

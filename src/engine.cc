@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
+#include <stdexcept>
 
 #include "base/error.h"
 #include "sparrow_config.h"
 #include "formats/bundle.h"
 #include "formats/gguf.h"
 #include "formats/tokenizer_data.h"
-#include "base/huge_pages.h"
 #include "base/threads.h"
 #include "src/runtime/flash_embeddings.h"
 
@@ -55,12 +56,42 @@ SessionShape ShapeFor(const EngineOptions& options, size_t n_ctx, size_t max_bat
   return shape;
 }
 
+// Under a budget, an embedding table the output head does not share stays
+// on flash (FlashEmbeddings): LoadResident passes its rows through a small
+// buffer, taking each row's checksum, and the table's pages are never
+// backed, nor charged. (Tied, the output head reads the whole table every
+// token: it stays in DRAM.)
+struct EmbeddingsOnFlash {
+  gguf::TensorInfo table;     // from the resident section's header
+  uint64_t section_offset = 0;  // of its first byte in the resident section
+  uint64_t unbacked = 0;      // resident-section bytes never backed (whole pages)
+};
+
+std::optional<EmbeddingsOnFlash> PlanEmbeddingsOnFlash(const bundle::Bundle& bndl,
+                                                       const ModelConfig& config) {
+  std::optional<gguf::GgufFile> read;
+  try {
+    read = bndl.ReadResidentHeader();
+  } catch (const InputError&) {
+    // A damaged section: loading it whole names the damage (its checksum).
+    return std::nullopt;
+  }
+  const gguf::GgufFile& header = *read;
+  const TensorNames& names = config.architecture->names;
+  const gguf::TensorInfo* table = header.FindTensor(names.token_embd);
+  if (table == nullptr || header.FindTensor(names.output) == nullptr) return std::nullopt;
+  EmbeddingsOnFlash plan;
+  plan.table = *table;
+  plan.section_offset = header.data_offset() + table->offset;
+  plan.unbacked = bundle::Bundle::PassedTensorBytes(header, *table);
+  return plan;
+}
+
 // What a bundle run charges to the budget before its unit caches:
 // everything fixed, then the least the streamed FFN can work with.
 struct BundleCharges {
   uint64_t process = 0, metadata = 0, resident = 0, session = 0, ffn_minimum = 0;
-  // KeepEmbeddingsOnFlash's, charged while the whole section is held.
-  uint64_t embedding_checksums = 0;
+  uint64_t embedding_checksums = 0;  // with the table on flash
   static constexpr uint64_t kLoaderBuffers = 256u << 10;
   uint64_t Minimum() const {
     return process + metadata + resident + session + embedding_checksums + ffn_minimum +
@@ -69,7 +100,8 @@ struct BundleCharges {
 };
 
 BundleCharges ChargesOf(const bundle::Bundle& bndl, const ModelConfig& config,
-                        const EngineOptions& options, size_t n_ctx, size_t max_batch) {
+                        const EngineOptions& options, size_t n_ctx, size_t max_batch,
+                        const std::optional<EmbeddingsOnFlash>& flash) {
   BundleCharges c;
   c.process = ProcessFootprintBytes(ThreadCount(), options.stream.io_threads);
   c.metadata = MetadataBytes(bndl.header());
@@ -80,7 +112,10 @@ BundleCharges ChargesOf(const bundle::Bundle& bndl, const ModelConfig& config,
   c.session = Session::MemoryBytes(config, ShapeFor(options, n_ctx, max_batch, options.n_seqs),
                                    /*dense_ffn=*/false);
   c.ffn_minimum = StreamedFeedForward::MinimumBytes(bndl, options.stream, config, max_batch);
-  c.embedding_checksums = FlashEmbeddings::MemoryBytes(config.n_vocab);
+  if (flash.has_value()) {
+    c.resident -= flash->unbacked;
+    c.embedding_checksums = FlashEmbeddings::MemoryBytes(config.n_vocab);
+  }
   return c;
 }
 
@@ -94,29 +129,6 @@ std::string BlockNote(size_t chosen, size_t top, const MemoryBudget& budget,
                 budget.unlimited() ? "no --dram-budget" :
                 chosen < top ? "the most the budget holds" : "the budget holds more");
   return line;
-}
-
-constexpr char kResidentItem[] = "resident weights (attention, embeddings, output)";
-
-// Under a budget, an embedding table the output head does not share stays
-// on flash (FlashEmbeddings): its pages are given back once each row's
-// checksum is taken, and so is their charge, for the unit caches that come
-// next. The whole section is charged (and held) while it loads and the
-// checksums are taken, so the minimum budget (BundleCharges) counts both.
-void KeepEmbeddingsOnFlash(const std::shared_ptr<const bundle::Bundle>& bndl,
-                           const gguf::GgufFile& resident, Model& model, MemoryBudget& budget,
-                           uint64_t minimum) {
-  const gguf::TensorInfo* table = resident.FindTensor("token_embd.weight");
-  if (table == nullptr || resident.FindTensor("output.weight") == nullptr) return;
-  const ops::MatrixView& view = model.weights().token_embd;
-  if (view.packed || view.data != table->data) return;  // not the loaded bytes: keep it
-  budget.Charge(FlashEmbeddings::MemoryBytes(view.rows), "embedding row checksums", minimum);
-  auto flash = std::make_shared<FlashEmbeddings>(bndl, resident.data_offset() + table->offset,
-                                                 view);
-  const size_t released = ReleaseWholePages(table->data, table->n_bytes);
-  budget.Refund(released, kResidentItem,
-                "resident weights (attention, output; embeddings read from flash)");
-  model.ReadEmbeddingsWith([flash](uint32_t token, float* out) { flash->Row(token, out); });
 }
 
 LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
@@ -136,6 +148,8 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   out.max_batch = options.max_batch > 0 ? options.max_batch : 64;
   out.budget = std::make_shared<MemoryBudget>(options.dram_budget);
   MemoryBudget& budget = *out.budget;
+  const std::optional<EmbeddingsOnFlash> flash =
+      budget.unlimited() ? std::nullopt : PlanEmbeddingsOnFlash(*bndl, config);
 
   EngineOptions opts = options;
   if (opts.n_seqs == 0) {
@@ -144,29 +158,53 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
     size_t b = top;
     for (; b > 1; --b) {
       opts.n_seqs = b;
-      if (ChargesOf(*bndl, config, opts, out.n_ctx, out.max_batch).Minimum() <= limit) break;
+      if (ChargesOf(*bndl, config, opts, out.n_ctx, out.max_batch, flash).Minimum() <= limit) {
+        break;
+      }
     }
     opts.n_seqs = b;
     out.block_note = BlockNote(b, top, budget, config, out.n_ctx, options.kv_types);
   }
   out.n_seqs = std::max<size_t>(opts.n_seqs, 1);
-  const BundleCharges fixed = ChargesOf(*bndl, config, opts, out.n_ctx, out.max_batch);
+  const BundleCharges fixed = ChargesOf(*bndl, config, opts, out.n_ctx, out.max_batch, flash);
   const uint64_t process = fixed.process, metadata = fixed.metadata, resident = fixed.resident,
                  session = fixed.session, minimum = fixed.Minimum();
   budget.Charge(process, "process (code, libraries, stacks)", minimum);
   budget.Charge(metadata, "metadata and tokenizer", minimum);
-  budget.Charge(resident, kResidentItem, minimum);
+  budget.Charge(resident,
+                flash ? "resident weights (attention, output; embeddings read from flash)"
+                      : "resident weights (attention, embeddings, output)",
+                minimum);
   budget.Charge(session, "KV cache and activations", minimum);
 
   auto storage = std::make_shared<BundleStorage>();
   storage->bundle = bndl;
-  storage->resident = std::make_shared<gguf::GgufFile>(bndl->LoadResident());
+  std::vector<uint32_t> row_checksums;
+  std::optional<bundle::Bundle::PassedTensor> pass;
+  if (flash) {
+    budget.Charge(fixed.embedding_checksums, "embedding row checksums", minimum);
+    row_checksums.reserve(flash->table.rows());
+    const uint64_t row_bytes = flash->table.n_bytes / flash->table.rows();
+    pass = bundle::Bundle::PassedTensor{
+        flash->table.name,
+        [&row_checksums, row_bytes](uint64_t first_row, uint64_t count, const uint8_t* bytes) {
+          for (uint64_t r = 0; r < count; ++r) {
+            row_checksums.push_back(FlashEmbeddings::RowChecksum(
+                static_cast<uint32_t>(first_row + r), bytes + r * row_bytes, row_bytes));
+          }
+        }};
+  }
+  storage->resident = std::make_shared<gguf::GgufFile>(bndl->LoadResident(pass ? &*pass : nullptr));
   ModelWeights weights = BindWeights(config, storage->resident->tensors(), path, /*with_ffn=*/false);
   std::unique_ptr<Tokenizer> tokenizer = Tokenizer::Create(tokenizer_data);
   out.model = std::make_unique<Model>(std::move(config), std::move(tokenizer), std::move(weights),
                                       storage);
-  if (!budget.unlimited()) {
-    KeepEmbeddingsOnFlash(bndl, *storage->resident, *out.model, budget, minimum);
+  if (flash) {
+    const ops::MatrixView& view = out.model->weights().token_embd;
+    if (view.packed) throw std::logic_error("OpenBundle: the embedding table left on flash was packed");
+    auto rows = std::make_shared<FlashEmbeddings>(bndl, flash->section_offset, view,
+                                                  std::move(row_checksums));
+    out.model->ReadEmbeddingsWith([rows](uint32_t token, float* o) { rows->Row(token, o); });
   }
   // dip/dip-ca without an explicit split use the one calibrated for this
   // bundle (sparrow calibrate), when it covers the density.
@@ -177,8 +215,9 @@ LoadedModel OpenBundle(const std::string& path, const EngineOptions& options) {
   // embedding table (one row per token) unless the output head shares it.
   StreamStats::TraceHeader& trace = ffn->stats().trace_header();
   trace.resident_bytes = bndl->resident_bytes();
-  const gguf::TensorInfo* embedding = storage->resident->FindTensor("token_embd.weight");
-  if (embedding != nullptr && storage->resident->FindTensor("output.weight") != nullptr) {
+  const TensorNames& names = out.model->config().architecture->names;
+  const gguf::TensorInfo* embedding = storage->resident->FindTensor(names.token_embd);
+  if (embedding != nullptr && storage->resident->FindTensor(names.output) != nullptr) {
     trace.resident_bytes -= std::min(trace.resident_bytes, embedding->n_bytes);
   }
   trace.dram_budget = options.dram_budget;

@@ -143,23 +143,6 @@ TEST_CASE("MemoryBudget: charges add up and items merge by name") {
   budget.Charge(0, "nothing more");  // zero always fits
 }
 
-TEST_CASE("MemoryBudget: a refund frees room and renames its entry") {
-  MemoryBudget budget(100 * MiB);
-  budget.Charge(60 * MiB, "resident");
-  budget.Charge(10 * MiB, "kv cache");
-  CHECK_THROWS_AS(budget.Charge(31 * MiB, "unit cache"), InputError);
-  budget.Refund(20 * MiB, "resident", "resident (less the table)");
-  CHECK(budget.used() == 50 * MiB);
-  CHECK(budget.Breakdown() == "resident (less the table) 40.0 MiB, kv cache 10.0 MiB");
-  budget.Charge(50 * MiB, "unit cache");  // the room refunded, exactly to the limit
-  CHECK(budget.remaining() == 0);
-  // Never more than the entry holds; an entry never charged is a bug.
-  budget.Refund(1000 * MiB, "kv cache", "kv cache");
-  CHECK(budget.used() == 90 * MiB);
-  CHECK(budget.items()[1].second == 0);
-  CHECK_THROWS_AS(budget.Refund(1, "scratch", "scratch"), std::logic_error);
-}
-
 TEST_CASE("MemoryBudget: a charge over the limit fails whole, with a full message") {
   MemoryBudget budget(512 * MiB);
   budget.Charge(300 * MiB, "resident");

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -496,10 +497,26 @@ TEST_CASE("a streamed model works on after a pass that failed part way") {
   CHECK_FALSE(loaded.streamed->stats().open());
 }
 
+// Pages wholly inside [p, p + n) that are in memory (mincore), of at least
+// eight such pages.
+size_t BackedPagesWithin(const uint8_t* p, uint64_t n) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t begin = (start + page - 1) / page * page;
+  const uintptr_t end = (start + n) / page * page;
+  REQUIRE(end > begin + 8 * page);
+  std::vector<unsigned char> in_core((end - begin) / page);
+  REQUIRE(::mincore(reinterpret_cast<void*>(begin), end - begin, in_core.data()) == 0);
+  size_t backed = 0;
+  for (unsigned char c : in_core) backed += c & 1;
+  return backed;
+}
+
 // Under a DRAM budget the embedding table (stories260K's is not the output
-// head's) stays on flash: the same logits, its memory given back to the
-// budget, and a row that changed in the file since it was loaded refused
-// with one line, the session working on once the file is whole again.
+// head's) stays on flash: the same logits, its memory neither charged nor
+// backed (it passed through a small buffer as the section loaded), and a
+// row that changed in the file since it was loaded refused with one line,
+// the session working on once the file is whole again.
 TEST_CASE("under a budget a bundle's embedding table is read from flash, each row checked") {
   TempDir dir;
   const std::string path = dir.File("stories.sparrow");
@@ -535,9 +552,12 @@ TEST_CASE("under a budget a bundle's embedding table is read from flash, each ro
     if (what == "embedding row checksums") checksums = bytes;
   }
   CHECK(checksums == 4 * table->rows());
-  // The table's whole pages are given back (all but at most two).
-  CHECK(resident_without - resident_with + 2 * 4096 >= table->n_bytes);
+  // The table's whole pages are not charged (all but at most two)...
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  CHECK(resident_without - resident_with + 2 * page >= table->n_bytes);
   CHECK(resident_without - resident_with <= table->n_bytes);
+  // ...and none of them is in memory.
+  CHECK(BackedPagesWithin(loaded.model->weights().token_embd.data, table->n_bytes) == 0);
 
   const std::unique_ptr<Session> session = loaded.NewSession();
   {
@@ -556,6 +576,77 @@ TEST_CASE("under a budget a bundle's embedding table is read from flash, each ro
   session->Reset();
   const float* got = session->Eval(prompt.data(), prompt.size(), false);
   for (size_t i = 0; i < want.size(); ++i) REQUIRE(got[i] == want[i]);
+
+  // The section's header, read first to plan the table, damaged: the
+  // section's checksum names it, as without a budget.
+  const FlippedByte flip(path, b.resident_offset() + 9);
+  CHECK(Contains(ErrorOf([&] { OpenModel(path, options); }), "resident section checksum mismatch"));
+}
+
+// LoadResident can pass one tensor through a small buffer instead of
+// keeping it: every row once, in order, the same bytes; the section's
+// checksum still covers them; the rest of the section as without it.
+// ReadResidentHeader gives the section's header alone, from its first bytes.
+TEST_CASE("the resident section loads with one tensor passed through in rows") {
+  TempDir dir;
+  const std::string path = dir.File("stories.sparrow");
+  ConvertGgufToBundle(Stories(), path, ConvertOptions{});
+  const Bundle b = Bundle::Open(path);
+  const gguf::GgufFile whole = b.LoadResident();
+  const gguf::GgufFile header = b.ReadResidentHeader();
+  REQUIRE(header.tensors().size() == whole.tensors().size());
+  CHECK(header.data_offset() == whole.data_offset());
+  for (size_t i = 0; i < whole.tensors().size(); ++i) {
+    CHECK(header.tensors()[i].name == whole.tensors()[i].name);
+    CHECK(header.tensors()[i].offset == whole.tensors()[i].offset);
+    CHECK(header.tensors()[i].n_bytes == whole.tensors()[i].n_bytes);
+    CHECK(header.tensors()[i].data == nullptr);
+  }
+  const gguf::TensorInfo* table = whole.FindTensor("token_embd.weight");
+  REQUIRE(table != nullptr);
+  const uint64_t row_bytes = table->n_bytes / table->rows();
+  CHECK(Bundle::PassedTensorBytes(header, *header.FindTensor("token_embd.weight")) + 2 * 4096 >=
+        table->n_bytes);
+
+  std::vector<uint8_t> seen;
+  uint64_t next_row = 0;
+  const Bundle::PassedTensor pass{"token_embd.weight",
+                                  [&](uint64_t first, uint64_t count, const uint8_t* bytes) {
+                                    CHECK(first == next_row);
+                                    CHECK(count >= 1);
+                                    next_row = first + count;
+                                    seen.insert(seen.end(), bytes, bytes + count * row_bytes);
+                                  }};
+  const gguf::GgufFile passed = b.LoadResident(&pass);
+  CHECK(next_row == table->rows());
+  // Its pages in the loaded section were never written, so never backed;
+  // the whole load's are.
+  CHECK(BackedPagesWithin(passed.FindTensor("token_embd.weight")->data, table->n_bytes) == 0);
+  CHECK(BackedPagesWithin(table->data, table->n_bytes) > 0);
+  REQUIRE(seen.size() == table->n_bytes);
+  CHECK(std::memcmp(seen.data(), table->data, seen.size()) == 0);
+  for (const gguf::TensorInfo& t : whole.tensors()) {
+    if (t.name == "token_embd.weight") continue;
+    CAPTURE(t.name);
+    const gguf::TensorInfo* p = passed.FindTensor(t.name);
+    REQUIRE(p != nullptr);
+    CHECK(std::memcmp(p->data, t.data, t.n_bytes) == 0);
+  }
+
+  // A changed byte in the passed tensor fails the section's checksum, as
+  // it does without passing it.
+  const uint64_t in_table = b.resident_offset() + whole.data_offset() + table->offset +
+                            7 * row_bytes + 3;
+  {
+    const FlippedByte flip(path, in_table);
+    const std::string without = ErrorOf([&] { b.LoadResident(); });
+    CHECK(Contains(without, "resident section checksum mismatch"));
+    const Bundle::PassedTensor quiet{"token_embd.weight",
+                                     [](uint64_t, uint64_t, const uint8_t*) {}};
+    CHECK(ErrorOf([&] { b.LoadResident(&quiet); }) == without);
+  }
+  const Bundle::PassedTensor absent{"no_such.weight", [](uint64_t, uint64_t, const uint8_t*) {}};
+  CHECK_THROWS_AS(b.LoadResident(&absent), std::logic_error);
 }
 
 // A bundle's model has no FFN weights: its sessions run the engine's one

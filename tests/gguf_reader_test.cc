@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "formats/gguf.h"
+#include "tests/error_test_util.h"
 #include "tests/gguf_test_util.h"
 
 namespace sparrow {
@@ -174,6 +175,34 @@ TEST_CASE("reader: tensors, data offset and alignment of a hand-built file") {
     const GgufFile swapped = GgufFile::FromBytes(f.Build(), "swapped.gguf");
     CHECK(swapped.FindTensor("a")->offset == 128);
   }
+}
+
+// A bundle plans its memory from the resident section's header before
+// loading it: the header alone from a prefix, extents checked against the
+// whole image, no data pointers; a prefix that ends inside the header (or
+// a tensor past the image) is refused as FromBytes refuses it.
+TEST_CASE("reader: the header alone from a prefix of the image") {
+  const Bytes bytes = ValidRawFile().Build();
+  const GgufFile whole = GgufFile::FromBytes(bytes, "valid.gguf");
+  const Bytes header(bytes.begin(), bytes.begin() + static_cast<long>(whole.data_offset()));
+  const GgufFile parsed = GgufFile::HeaderFromPrefix(header, bytes.size(), "valid.gguf");
+  CHECK(parsed.data_offset() == whole.data_offset());
+  CHECK(parsed.metadata().size() == whole.metadata().size());
+  REQUIRE(parsed.tensors().size() == whole.tensors().size());
+  for (size_t i = 0; i < whole.tensors().size(); ++i) {
+    CHECK(parsed.tensors()[i].name == whole.tensors()[i].name);
+    CHECK(parsed.tensors()[i].dims == whole.tensors()[i].dims);
+    CHECK(parsed.tensors()[i].offset == whole.tensors()[i].offset);
+    CHECK(parsed.tensors()[i].n_bytes == whole.tensors()[i].n_bytes);
+    CHECK(parsed.tensors()[i].data == nullptr);
+  }
+  // A prefix cut inside the last tensor's info (before the alignment
+  // padding, under 32 bytes here).
+  const Bytes cut(header.begin(), header.end() - 40);
+  CHECK_THROWS_AS(GgufFile::HeaderFromPrefix(cut, bytes.size(), "valid.gguf"), InputError);
+  // The last tensor ends past an image one byte shorter.
+  CHECK(ErrorOf([&] { GgufFile::HeaderFromPrefix(header, bytes.size() - 1, "valid.gguf"); }) ==
+        ErrorOf([&] { GgufFile::FromBytes(Bytes(bytes.begin(), bytes.end() - 1), "valid.gguf"); }));
 }
 
 TEST_CASE("reader: a moved file keeps its data and lookups valid") {

@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cstdio>
 #include <limits>
-#include <stdexcept>
 
 #include "base/error.h"
 
@@ -66,18 +65,6 @@ void MemoryBudget::Charge(uint64_t bytes, const std::string& what,
 uint64_t MemoryBudget::remaining() const {
   if (unlimited()) return kMaxU64;
   return used_ >= limit_ ? 0 : limit_ - used_;
-}
-
-void MemoryBudget::Refund(uint64_t bytes, const std::string& what, const std::string& now) {
-  for (auto& item : items_) {
-    if (item.first != what) continue;
-    const uint64_t back = std::min(bytes, item.second);
-    item.second -= back;
-    used_ -= std::min(back, used_);
-    item.first = now;
-    return;
-  }
-  throw std::logic_error("MemoryBudget::Refund: nothing was charged for " + what);
 }
 
 std::string MemoryBudget::Breakdown() const {

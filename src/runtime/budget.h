@@ -25,10 +25,6 @@ class MemoryBudget {
   // `minimum_hint` (0 = unknown, then that last clause is left out) is the
   // smallest workable budget.
   void Charge(uint64_t bytes, const std::string& what, uint64_t minimum_hint = 0);
-  // Gives back `bytes` of what was charged for `what` (memory freed for
-  // good, e.g. pages released after loading), at most what it holds, and
-  // renames its entry `now` (how it reads in the breakdown from then on).
-  void Refund(uint64_t bytes, const std::string& what, const std::string& now);
 
   uint64_t limit() const { return limit_; }
   uint64_t used() const { return used_; }

@@ -7,25 +7,22 @@
 #include "base/error.h"
 
 namespace sparrow {
-namespace {
-
-// A row's checksum: its bytes, seeded with its index, so that a row moved
-// to another place in the file does not pass for the one wanted.
-uint32_t RowCrc(uint32_t token, const uint8_t* row, size_t bytes) {
+uint32_t FlashEmbeddings::RowChecksum(uint32_t token, const uint8_t* row, size_t bytes) {
   return Crc32c(row, bytes, Crc32c(&token, sizeof token));
 }
 
-}  // namespace
-
 FlashEmbeddings::FlashEmbeddings(std::shared_ptr<const bundle::Bundle> bundle,
-                                 uint64_t section_offset, const ops::MatrixView& table)
-    : bundle_(std::move(bundle)), section_offset_(section_offset), shape_(table) {
+                                 uint64_t section_offset, const ops::MatrixView& table,
+                                 std::vector<uint32_t> row_checksums)
+    : bundle_(std::move(bundle)),
+      section_offset_(section_offset),
+      shape_(table),
+      row_crc_(std::move(row_checksums)) {
   if (table.packed) throw std::logic_error("FlashEmbeddings: a packed table");
-  shape_.data = nullptr;
-  row_crc_.resize(table.rows);
-  for (size_t r = 0; r < table.rows; ++r) {
-    row_crc_[r] = RowCrc(static_cast<uint32_t>(r), table.row(r), table.row_bytes);
+  if (row_crc_.size() != table.rows) {
+    throw std::logic_error("FlashEmbeddings: a checksum per row expected");
   }
+  shape_.data = nullptr;
 }
 
 void FlashEmbeddings::Row(uint32_t token, float* out) const {
@@ -36,7 +33,7 @@ void FlashEmbeddings::Row(uint32_t token, float* out) const {
   row.resize(shape_.row_bytes);
   const uint64_t at = section_offset_ + uint64_t{token} * shape_.row_bytes;
   bundle_->ReadResidentBytes(at, row.size(), row.data(), "embedding table");
-  if (RowCrc(token, row.data(), row.size()) != row_crc_[token]) {
+  if (RowChecksum(token, row.data(), row.size()) != row_crc_[token]) {
     ThrowInputError(bundle_->path(), ": the embedding of token ", token, " (file offset ",
                     bundle_->resident_offset() + at,
                     ") differs from the one loaded: the bundle changed while in use");

@@ -3,8 +3,9 @@
 // (66 MiB for a 32000 x 2048 Q8_0 table, 1 GiB for Llama 3 8B's in F16),
 // memory the unit caches use better under a --dram-budget. Each row is
 // read from the file when a token needs it and checked against a CRC32C
-// taken when the table was loaded and verified whole, so a file that
-// changes under the run is refused rather than read.
+// taken as the resident section was read and verified (the table passing
+// through a small buffer, never held whole), so a file that changes under
+// the run is refused rather than read.
 #pragma once
 
 #include <cstdint>
@@ -18,11 +19,16 @@ namespace sparrow {
 
 class FlashEmbeddings {
  public:
-  // `table`: the table as loaded (verified) into memory from `bundle`'s
-  // resident section, where its bytes start at `section_offset`. Takes each
-  // row's checksum from it; the table's memory is not used afterwards.
+  // A row's checksum: its bytes, seeded with its index, so that a row moved
+  // to another place in the file does not pass for the one wanted.
+  static uint32_t RowChecksum(uint32_t token, const uint8_t* row, size_t bytes);
+
+  // `table`: the table's shape (type, rows, cols, row_bytes; its data is
+  // not read), at `section_offset` in `bundle`'s resident section;
+  // `row_checksums`: RowChecksum of each row as the section was loaded and
+  // verified (Bundle::LoadResident passing the table).
   FlashEmbeddings(std::shared_ptr<const bundle::Bundle> bundle, uint64_t section_offset,
-                  const ops::MatrixView& table);
+                  const ops::MatrixView& table, std::vector<uint32_t> row_checksums);
 
   // Writes the row of `token`, dequantized, to out (table.cols floats).
   // InputError if the read fails or the row differs from the one loaded.

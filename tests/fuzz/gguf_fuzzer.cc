@@ -6,9 +6,11 @@
 // every tensor) so that a bad bound shows up as an ASan report, and the
 // tokenizer is read from it. Any other exception or a broken invariant
 // aborts, which libFuzzer records as a crash.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -94,6 +96,27 @@ void Exercise(const GgufFile& file) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> bytes(data, data + size);
+  // The header alone from a prefix (a bundle's resident section planned
+  // before it loads): the image's size taken from its last 8 bytes, so
+  // the fuzzer reaches extents that end past the prefix. One line or a
+  // header whose tensors all end within that size.
+  if (size >= 8) {
+    uint64_t image_size = 0;
+    std::memcpy(&image_size, data + size - 8, 8);
+    image_size = std::max<uint64_t>(image_size % (uint64_t{1} << 40), size - 8);
+    try {
+      const GgufFile header = GgufFile::HeaderFromPrefix(
+          std::vector<uint8_t>(data, data + size - 8), image_size, "fuzz.gguf");
+      for (const TensorInfo& t : header.tensors()) {
+        if (t.data != nullptr) Violated("header-only tensor with data", t.name);
+        if (header.data_offset() + t.offset + t.n_bytes > image_size) {
+          Violated("header-only tensor past the image", t.name);
+        }
+      }
+    } catch (const InputError& e) {
+      CheckMessage(e);
+    }
+  }
   try {
     const GgufFile file = GgufFile::FromBytes(std::move(bytes), "fuzz.gguf");
     Exercise(file);
