@@ -555,8 +555,10 @@ const UnitGroup* Bundle::FindGroup(uint32_t layer, RecordKind kind) const {
 
 gguf::GgufFile Bundle::ReadResidentHeader() const {
   // The header is a few KiB (tensor names and shapes; the tokenizer is in
-  // the bundle header): read a prefix, twice as long while it falls short.
-  uint64_t n = std::min<uint64_t>(resident_bytes_, 64u << 10);
+  // the bundle header): read a prefix, twice as long while it falls short,
+  // up to kMaxResidentHeaderBytes (a damaged header is not read whole).
+  const uint64_t most = std::min(resident_bytes_, kMaxResidentHeaderBytes);
+  uint64_t n = std::min<uint64_t>(most, 64u << 10);
   for (;;) {
     std::vector<uint8_t> prefix(n);
     file_->ReadAt(prefix.data(), n, resident_offset_, "resident section", /*uncached=*/true);
@@ -564,9 +566,9 @@ gguf::GgufFile Bundle::ReadResidentHeader() const {
       return gguf::GgufFile::HeaderFromPrefix(std::move(prefix), resident_bytes_,
                                               path_ + " (resident section)");
     } catch (const InputError&) {
-      if (n == resident_bytes_) throw;
+      if (n == most) throw;
     }
-    n = std::min(resident_bytes_, 2 * n);
+    n = std::min(most, 2 * n);
   }
 }
 

@@ -203,6 +203,8 @@ class Bundle {
   // The resident section's GGUF header alone (metadata and tensor infos,
   // null data pointers), parsed from its first bytes, for planning memory
   // before LoadResident. Not checksummed: LoadResident checks the section.
+  // InputError if it does not parse from the first kMaxResidentHeaderBytes.
+  static constexpr uint64_t kMaxResidentHeaderBytes = uint64_t{16} << 20;
   gguf::GgufFile ReadResidentHeader() const;
 
   // A resident tensor that LoadResident hands over a few rows at a time
