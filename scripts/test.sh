@@ -1,6 +1,6 @@
 #!/bin/bash
 # Installs what is missing, builds, and runs every test: unit and end-to-end
-# tests (release build), the same under ASan+UBSan, each fuzzer for 60 s, and
+# tests (release build), the same under ASan+UBSan, each fuzzer for 45 s, and
 # the aarch64 cross build under qemu. Exits non-zero on the first failure.
 # The sanitizer tests and the fuzzers share one build (clang, build-fuzz):
 # compiling is most of the suite's time on two cores.
@@ -23,16 +23,17 @@ stage "ASan+UBSan build (clang, with the fuzzers) and tests"
 # scripts/fuzz.sh configures it (-O1, no debug info, three Highway targets:
 # see there) and installs clang if missing.
 bash scripts/fuzz.sh --build-only
-# The soak test (random damage, files replaced under a run) gets a minute
-# here: a few hundred runs with every memory access checked.
+# The soak test (random damage, files replaced under a run) gets 40 s here:
+# a few hundred runs with every memory access checked. (These two times,
+# and the fuzzers', keep the suite under 25 minutes on two cores.)
 # tests/lsan_suppressions.txt names the one leak that is not ours (libomp).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   LSAN_OPTIONS=suppressions=$PWD/tests/lsan_suppressions.txt:print_suppressions=0 \
-  SPARROW_SOAK_SECONDS=60 SPARROW_E2E_TEXT_BYTES=25000 \
+  SPARROW_SOAK_SECONDS=40 SPARROW_E2E_TEXT_BYTES=25000 \
   meson test -C build-fuzz --print-errorlogs --timeout-multiplier 4
 
 stage "fuzzers"
-bash scripts/fuzz.sh 60
+bash scripts/fuzz.sh 45
 
 if [ -f scripts/arm64_check.sh ]; then
   stage "aarch64 under qemu"
