@@ -5,11 +5,17 @@
 // thread count.
 //
 // The cache is shaped like the neuron layout's: `count` records of three
-// parts [gate | up | down], each d_model elements of the record type, packed
-// back to back. DotRows reads the gate and up parts of each selected record
-// as two consecutive rows of its list (as the streamed FFN's neuron layout
-// does: one pass over the first two thirds of each record), AxpyRows the
-// down part (the down projection). The
+// parts [gate | up | down], each d_model elements of the record type.
+// DotRows reads the gate and up parts of each selected record as two
+// consecutive rows of its list (as the streamed FFN's neuron layout does:
+// one pass over gate and up), AxpyRows the down part (the down
+// projection). --layout split (the default) keeps them as the engine's
+// unit cache does (src/runtime/unit_cache.h): every record's [gate | up]
+// packed in one matrix and its [down] in another, so each pass over
+// consecutive records reads one contiguous span; --layout records keeps
+// whole records back to back, as they are read from flash (the staging a
+// record not admitted to the cache is computed in), so each pass skips a
+// third of every record. The
 // selection is either every record in order or a random quarter of them in
 // random order (a token's working set in a cache that is not ordered by
 // need). Each repetition uses another copy of the cache, the copies
@@ -23,7 +29,8 @@
 //
 //   gather_bench [--types q8_0,q4_0,f16,f32] [--shapes 2048x5632,4096x11008]
 //                [--threads 1,2] [--tokens 1] [--reps 15] [--rotate-mib 768]
-//                [--probe-mib 1024] [--parts 3] [--clock wall|cpu]
+//                [--probe-mib 1024] [--parts 3] [--layout split|records]
+//                [--clock wall|cpu]
 //                [--kernels dot,axpy,read]
 //
 // `read` is not a kernel of the engine: it loads the rows DotRows reads,
@@ -337,6 +344,9 @@ int Main(int argc, char** argv) {
       ("probe-mib", "Stream probe buffer size", cxxopts::value<size_t>()->default_value("1024"))
       ("parts", "Parts per record: 3 (neuron layout) or 1 (a plain matrix)",
        cxxopts::value<size_t>()->default_value("3"))
+      ("layout", "With 3 parts: split ([gate | up] and [down] in two matrices, as the unit "
+       "cache holds them) or records (whole records, as read from flash)",
+       cxxopts::value<std::string>()->default_value("split"))
       ("huge-pages", "Back the caches with transparent huge pages (madvise)",
        cxxopts::value<bool>()->default_value("false"))
       ("clock", "wall or cpu (see the top of gather_bench.cc)",
@@ -397,14 +407,20 @@ int Main(int argc, char** argv) {
   const size_t parts = opts["parts"].as<size_t>();
   const bool huge_pages = opts["huge-pages"].as<bool>();
   if (parts != 1 && parts != 3) ThrowInputError("--parts must be 1 or 3");
+  const std::string layout = opts["layout"].as<std::string>();
+  if (layout != "split" && layout != "records") {
+    ThrowInputError("unknown layout '", layout, "' (want split, records)");
+  }
+  const bool split = parts == 3 && layout == "split";
 
   std::printf("SIMD target: %s (cpu: %s)\n", simd::CurrentTargetName().c_str(),
               simd::CpuFeatures().c_str());
   std::printf("load average at start: %s\n", LoadAverage().c_str());
-  std::printf("records of %zu part(s)%s; tokens per call: %zu; %s clock; median of %d repetitions; "
-              "caches rotate through >= %zu MiB of copies; probe buffer %zu MiB, one pass of the "
-              "rows' size before each repetition\n",
-              parts, huge_pages ? " on huge pages" : "", n, g_cpu_clock ? "CPU" : "wall", reps, rotate_bytes >> 20, probe_bytes >> 20);
+  std::printf("records of %zu part(s)%s%s; tokens per call: %zu; %s clock; median of %d "
+              "repetitions; caches rotate through >= %zu MiB of copies; probe buffer %zu MiB, one "
+              "pass of the rows' size before each repetition\n",
+              parts, parts == 1 ? "" : split ? ", split [gate | up] + [down]" : ", whole",
+              huge_pages ? " on huge pages" : "", n, g_cpu_clock ? "CPU" : "wall", reps, rotate_bytes >> 20, probe_bytes >> 20);
   // 1 or 4 streams per thread, whichever reads faster here (as gemv_bench).
   Probe probe(probe_bytes);
   SetThreadCount(thread_counts.front());
@@ -462,9 +478,13 @@ int Main(int argc, char** argv) {
             auto rows_of = [&](size_t copy) {
               std::vector<const uint8_t*> rows;
               rows.reserve(picked->size() * rows_per_record);
+              // Split: the [gate | up] matrix, then the [down] one.
+              const size_t down_matrix = 2 * caches.part_bytes * shape.count;
               for (size_t unit : *picked) {
                 const uint8_t* first =
-                    caches.copy(copy) + unit * caches.record_bytes + part * caches.part_bytes;
+                    !split ? caches.copy(copy) + unit * caches.record_bytes + part * caches.part_bytes
+                    : part == 2 ? caches.copy(copy) + down_matrix + unit * caches.part_bytes
+                                : caches.copy(copy) + unit * 2 * caches.part_bytes;
                 for (size_t p = 0; p < rows_per_record; ++p) {
                   rows.push_back(first + p * caches.part_bytes);
                 }

@@ -39,7 +39,12 @@ void CheckAgainst(const UnitCache& cache, const Reference& ref) {
     CHECK(cache.RowOf(unit) == static_cast<int32_t>(row));
     auto it = ref.find(unit);
     REQUIRE(it != ref.end());
-    CHECK(std::memcmp(cache.Row(row), it->second.data(), cache.row_bytes()) == 0);
+    // Head and tail (a split cache's two matrices) hold the row's bytes.
+    CHECK(std::memcmp(cache.Row(row), it->second.data(), cache.head_bytes()) == 0);
+    if (cache.tail_bytes() != 0) {
+      CHECK(std::memcmp(cache.Tail(row), it->second.data() + cache.head_bytes(),
+                        cache.tail_bytes()) == 0);
+    }
   }
   for (uint32_t unit = 0; unit < cache.n_units(); ++unit) {
     const bool cached = ref.count(unit) != 0;
@@ -51,7 +56,7 @@ void CheckAgainst(const UnitCache& cache, const Reference& ref) {
 uint32_t AppendFilled(UnitCache& cache, Reference& ref, uint32_t unit, std::mt19937_64& rng) {
   const uint32_t row = cache.Append(unit);
   Bytes bytes = RandomBytes(rng, cache.row_bytes());
-  std::memcpy(cache.Row(row), bytes.data(), bytes.size());
+  cache.Store(row, bytes.data());
   ref[unit] = std::move(bytes);
   return row;
 }
@@ -162,12 +167,13 @@ TEST_CASE("UnitCache: RemoveMany keeps survivors below the new size in place") {
 // clears against the reference map; every row and both maps after every
 // step; the row matrix never moves.
 void RandomSequence(uint32_t n_units, uint32_t row_bytes, uint32_t capacity, uint64_t seed,
-                    int steps) {
+                    int steps, uint32_t split = 0) {
   CAPTURE(n_units);
   CAPTURE(row_bytes);
   CAPTURE(capacity);
+  CAPTURE(split);
   std::mt19937_64 rng(seed);
-  UnitCache cache(n_units, row_bytes, capacity);
+  UnitCache cache(n_units, row_bytes, capacity, split);
   const uint8_t* const data = cache.data();
   Reference ref;
   std::vector<uint32_t> absent, present;
@@ -237,6 +243,32 @@ TEST_CASE("UnitCache: random insert/evict sequences against a reference map") {
   RandomSequence(20, 1, 20, 13, 3000);     // capacity == n_units
   RandomSequence(7, 4096, 3, 14, 2000);    // page-sized rows
   RandomSequence(1, 9, 1, 15, 500);        // a single unit
+  // Split rows (neuron records: [gate | up] heads, [down] tails).
+  RandomSequence(50, 13, 16, 16, 3000, 5);
+  RandomSequence(300, 96, 100, 17, 3000, 64);
+  RandomSequence(7, 4096, 3, 18, 1000, 1);
+}
+
+// A split cache keeps heads and tails in two packed matrices: consecutive
+// rows' heads are one span, and so are their tails.
+TEST_CASE("UnitCache: split rows are two packed matrices") {
+  UnitCache cache(10, 12, 4, 8);
+  CHECK(cache.head_bytes() == 8);
+  CHECK(cache.tail_bytes() == 4);
+  CHECK(cache.bytes() == 48);
+  CHECK(cache.memory_bytes() == UnitCache::MemoryBytes(10, 12, 4));
+  Bytes record(12);
+  for (uint32_t unit = 0; unit < 3; ++unit) {
+    for (uint32_t i = 0; i < 12; ++i) record[i] = static_cast<uint8_t>(16 * unit + i);
+    cache.Store(cache.Append(unit), record.data());
+  }
+  CHECK(cache.Row(1) == cache.Row(0) + 8);
+  CHECK(cache.Tail(0) == cache.data() + 4 * 8);
+  CHECK(cache.Tail(2) == cache.Tail(0) + 8);
+  CHECK(cache.Row(2)[7] == 16 * 2 + 7);
+  CHECK(cache.Tail(2)[0] == 16 * 2 + 8);
+  CHECK_THROWS_AS(cache.Store(3, record.data()), std::logic_error);  // row not in use
+  CHECK_THROWS_AS(UnitCache(10, 12, 4, 12), std::invalid_argument);
 }
 
 }  // namespace

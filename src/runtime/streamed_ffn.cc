@@ -173,7 +173,10 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
     budget.Charge(GroupBytes(g, stream.eviction, capacity), "unit caches", minimum_hint);
     Group group;
     group.info = &g;
-    group.cache = std::make_unique<UnitCache>(g.n_units, g.payload_bytes, capacity);
+    // Neuron records are cached as [gate | up] and [down] (UnitCache's
+    // head and tail), each pass of ForwardNeuron reading one contiguous span.
+    const uint32_t split = g.kind == bundle::RecordKind::kNeuron ? 2 * g.part_bytes : 0;
+    group.cache = std::make_unique<UnitCache>(g.n_units, g.payload_bytes, capacity, split);
     group.eviction = MakeEvictionPolicy(stream.eviction, g.n_units, stream.window_tokens);
     group.need_stamp.assign(g.n_units, 0);
     group.chosen_at.assign(g.n_units, ~uint32_t{0});
@@ -507,7 +510,7 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
       if (!usable(rec.unit)) continue;
       if (rows_.size() < room) {
         const uint32_t row = cache.Append(rec.unit);
-        std::memcpy(cache.Row(row), rec.data, info.payload_bytes);
+        cache.Store(row, rec.data);
         rows_.push_back(row);
       } else {
         staged_.push_back(static_cast<uint32_t>(rec.data - staging));
@@ -613,9 +616,11 @@ void StreamedFeedForward::ForwardNeuron(uint32_t layer, const float* x, size_t n
   const bundle::UnitGroup& info = *g.info;
   Choose(g, x, n, config_.d_model);  // the neuron layout has no ranking: every unit
   // The gate and up parts of a record are one call's consecutive rows, so
-  // the dot products read the first two thirds of each record front to
-  // back instead of a third per pass: Q4_0 records from DRAM 58-61% -> 74-81%
-  // of the stream probe (gather_bench --parts 3, README). Their results,
+  // the dot products read them in one pass (whole records: Q4_0 from DRAM
+  // 58-61% -> 74-81% of the stream probe), and the cache keeps every
+  // record's [gate | up] in one matrix and [down] in another, so that each
+  // pass over cached records is one contiguous span (67% -> 88-90%;
+  // gather_bench --layout records|split, README). The dot products,
   // interleaved in coeff_, take two of its width_ floats per record.
   const size_t slice = std::max<size_t>(1, width_ / 2);
   StreamGroup(g, need_, [&](const UnitRows& rows) {
@@ -624,7 +629,6 @@ void StreamedFeedForward::ForwardNeuron(uint32_t layer, const float* x, size_t n
       ops::RowSet set = rows.Slice(first, count);
       set.type = bundle_.record_type();
       set.cols = info.part_padded_elems;
-      set.offset = 0;
       set.parts = 2;
       set.part_stride = info.part_bytes;
       set.count = 2 * count;
@@ -639,10 +643,10 @@ void StreamedFeedForward::ForwardNeuron(uint32_t layer, const float* x, size_t n
         }
       }
       ops::SiluMul(gate_, up_, n * count, gate_);
-      set.offset = 2 * size_t{info.part_bytes};
-      set.parts = 1;
-      set.count = count;
-      ops::RowAxpys(set, gate_, n, out);
+      ops::RowSet down = rows.Slice(first, count, 2 * size_t{info.part_bytes});
+      down.type = set.type;
+      down.cols = set.cols;
+      ops::RowAxpys(down, gate_, n, out);
     }
   });
 }
@@ -739,9 +743,17 @@ void StreamedFeedForward::ForwardSplit(uint32_t layer, const float* x, size_t n,
   StreamGroup(down, need_, [&](const UnitRows& rows) { AxpyColumns(down, rows, h, ff, n, out); });
 }
 
-ops::RowSet StreamedFeedForward::UnitRows::Slice(size_t first, size_t n) const {
+ops::RowSet StreamedFeedForward::UnitRows::Slice(size_t first, size_t n, size_t offset) const {
+  if (tail_base != nullptr && offset >= head_bytes) {
+    UnitRows tails = *this;
+    tails.base = tail_base;
+    tails.stride = tails.pitch = tail_stride;
+    tails.tail_base = nullptr;
+    return tails.Slice(first, n, offset - head_bytes);
+  }
   ops::RowSet set;
   set.count = n;
+  set.offset = offset;
   const uint32_t* at = index + first;
   // A run of adjacent payloads is a plain strided matrix (faster kernels).
   // The index increases within a slice (cache rows sorted, records in disk
@@ -763,7 +775,12 @@ StreamedFeedForward::UnitRows StreamedFeedForward::CachedRows(const Group& g,
   for (size_t k = 0; k < rows.size(); ++k) row_units_[k] = g.cache->UnitAt(rows[k]);
   UnitRows out;
   out.base = g.cache->Row(0);
-  out.stride = out.pitch = g.cache->row_bytes();
+  out.stride = out.pitch = g.cache->head_bytes();
+  if (g.cache->tail_bytes() != 0) {
+    out.tail_base = g.cache->Tail(0);
+    out.tail_stride = g.cache->tail_bytes();
+    out.head_bytes = g.cache->head_bytes();
+  }
   out.index = rows.data();
   out.units = row_units_.data();
   out.count = rows.size();

@@ -100,7 +100,9 @@ class StreamedFeedForward : public FeedForward {
   // Payloads of some of a group's units, wherever they are: unit units[k]'s
   // at base + index[k] * stride. `pitch` is the distance between two
   // payloads that sit next to each other there (a cache row, a record), so
-  // a run of adjacent ones is a plain strided matrix.
+  // a run of adjacent ones is a plain strided matrix. In a split cache
+  // (UnitCache's head and tail) base holds the heads and tail_base the
+  // tails, index[k] * tail_stride apart.
   struct UnitRows {
     const uint8_t* base = nullptr;
     size_t stride = 0;
@@ -108,9 +110,12 @@ class StreamedFeedForward : public FeedForward {
     const uint32_t* index = nullptr;
     const uint32_t* units = nullptr;
     size_t count = 0;
-    // Rows [first, first + count) as a kernel row set (type, cols, offset
-    // left to the caller).
-    ops::RowSet Slice(size_t first, size_t count) const;
+    const uint8_t* tail_base = nullptr;
+    size_t tail_stride = 0;
+    size_t head_bytes = 0;  // where the tail starts in a payload (split only)
+    // Rows [first, first + count) as a kernel row set, each row starting
+    // `offset` bytes into its payload (type and cols left to the caller).
+    ops::RowSet Slice(size_t first, size_t count, size_t offset = 0) const;
   };
   // Brings every unit of `need` in (from g's cache, or read from flash)
   // and calls use() on batches of them, each needed unit exactly once. A

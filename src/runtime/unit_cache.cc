@@ -17,14 +17,21 @@ uint32_t ClampCapacity(uint32_t n_units, uint32_t capacity) {
 
 }  // namespace
 
-UnitCache::UnitCache(uint32_t n_units, uint32_t row_bytes, uint32_t capacity)
-    : n_units_(n_units), row_bytes_(row_bytes), capacity_(ClampCapacity(n_units, capacity)) {
+UnitCache::UnitCache(uint32_t n_units, uint32_t row_bytes, uint32_t capacity, uint32_t split)
+    : n_units_(n_units),
+      row_bytes_(row_bytes),
+      capacity_(ClampCapacity(n_units, capacity)),
+      head_bytes_(split == 0 ? row_bytes : split) {
   if (n_units == 0 || n_units > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
     throw std::invalid_argument(StrCat("UnitCache: bad unit count ", n_units));
   }
   if (row_bytes == 0 || capacity == 0) {
     throw std::invalid_argument(
         StrCat("UnitCache: row_bytes ", row_bytes, " and capacity ", capacity, " must be >= 1"));
+  }
+  if (split >= row_bytes) {
+    throw std::invalid_argument(StrCat("UnitCache: split ", split, " not inside rows of ",
+                                       row_bytes, " bytes"));
   }
   const uint64_t matrix_bytes = bytes();
   if (matrix_bytes > std::numeric_limits<size_t>::max() - kRowAlignment) throw std::bad_alloc();
@@ -47,6 +54,22 @@ uint64_t UnitCache::MemoryBytes(uint32_t n_units, uint32_t row_bytes, uint32_t c
 
 uint64_t UnitCache::memory_bytes() const {
   return MemoryBytes(n_units_, row_bytes_, capacity_);
+}
+
+void UnitCache::Store(uint32_t row, const uint8_t* record) {
+  if (row >= size_) throw std::logic_error(StrCat("UnitCache::Store: row ", row, " is not in use"));
+  std::memcpy(rows_.data() + HeadOffset(row), record, head_bytes_);
+  if (tail_bytes() != 0) {
+    std::memcpy(rows_.data() + TailOffset(row), record + head_bytes_, tail_bytes());
+  }
+}
+
+void UnitCache::MoveRow(uint32_t from, uint32_t to) {
+  uint8_t* base = rows_.data();
+  std::memcpy(base + HeadOffset(to), base + HeadOffset(from), head_bytes_);
+  if (tail_bytes() != 0) {
+    std::memcpy(base + TailOffset(to), base + TailOffset(from), tail_bytes());
+  }
 }
 
 void UnitCache::CheckUnit(uint32_t unit, const char* operation) const {
@@ -80,7 +103,7 @@ void UnitCache::Remove(uint32_t unit) {
   const uint32_t last = size_ - 1;
   if (row != last) {
     const uint32_t moved = unit_of_row_[last];
-    std::memcpy(Row(row), Row(last), row_bytes_);
+    MoveRow(last, row);
     unit_of_row_[row] = moved;
     row_of_unit_[moved] = static_cast<int32_t>(row);
   }
@@ -118,7 +141,7 @@ void UnitCache::RemoveMany(const std::vector<uint32_t>& units) {
     row_marked_[hole] = 0;
     while (row_marked_[donor]) row_marked_[donor++] = 0;
     const uint32_t moved = unit_of_row_[donor];
-    std::memcpy(Row(hole), Row(donor), row_bytes_);
+    MoveRow(donor, hole);
     unit_of_row_[hole] = moved;
     row_of_unit_[moved] = static_cast<int32_t>(hole);
     ++donor;

@@ -5,6 +5,15 @@
 // (swap-with-last), so the used rows stay contiguous and nothing is ever
 // reallocated while generating.
 //
+// A cache may keep each row in two pieces: its first `split` bytes (the
+// head) in one matrix and the rest (the tail) in another, each packed. A
+// neuron record is [gate | up | down], and the kernels read gate and up in
+// one pass and down in another: split after up, the cached heads of
+// consecutive rows are one contiguous span, and so are their tails, where
+// whole records would make each pass skip a third of every record (the
+// hardware prefetchers follow that pattern worse: gather_bench --parts 3
+// against --parts 1).
+//
 // Costs: Append, Contains, RowOf O(1); Remove O(row_bytes) (one memcpy);
 // RemoveMany O(k * row_bytes) for k units, copying only the rows that must
 // move; Clear O(size). Memory: capacity * row_bytes for the rows (64-byte
@@ -25,10 +34,11 @@ class UnitCache {
  public:
   static constexpr int32_t kAbsent = -1;
 
-  // n_units in [1, INT32_MAX], row_bytes >= 1, capacity >= 1; a capacity
-  // above n_units is lowered to n_units (more rows could never be used).
-  // std::invalid_argument otherwise; std::bad_alloc if memory runs out.
-  UnitCache(uint32_t n_units, uint32_t row_bytes, uint32_t capacity);
+  // n_units in [1, INT32_MAX], row_bytes >= 1, capacity >= 1, split 0 (rows
+  // whole) or in [1, row_bytes); a capacity above n_units is lowered to
+  // n_units (more rows could never be used). std::invalid_argument
+  // otherwise; std::bad_alloc if memory runs out.
+  UnitCache(uint32_t n_units, uint32_t row_bytes, uint32_t capacity, uint32_t split = 0);
 
   // Bytes a cache with these parameters holds (rows and maps), for charging
   // the budget before constructing it.
@@ -36,6 +46,9 @@ class UnitCache {
 
   uint32_t n_units() const { return n_units_; }
   uint32_t row_bytes() const { return row_bytes_; }
+  // A row's head (all of it when not split) and tail (0 when not split).
+  uint32_t head_bytes() const { return head_bytes_; }
+  uint32_t tail_bytes() const { return row_bytes_ - head_bytes_; }
   uint32_t capacity() const { return capacity_; }
   uint32_t size() const { return size_; }
   bool full() const { return size_ == capacity_; }
@@ -51,15 +64,21 @@ class UnitCache {
   // cached), for kernels that read the cache state of every unit at once.
   const int32_t* row_of_unit_data() const { return row_of_unit_.data(); }
   uint32_t UnitAt(uint32_t row) const { return unit_of_row_[row]; }
-  uint8_t* Row(uint32_t row) { return rows_.data() + uint64_t{row} * row_bytes_; }
-  const uint8_t* Row(uint32_t row) const { return rows_.data() + uint64_t{row} * row_bytes_; }
+  // A row's head (the whole row when not split): head_bytes() apart.
+  const uint8_t* Row(uint32_t row) const { return rows_.data() + HeadOffset(row); }
+  // A row's tail, tail_bytes() apart; only when split.
+  const uint8_t* Tail(uint32_t row) const { return rows_.data() + TailOffset(row); }
+  // Fills `row` with the row_bytes() of `record`, split as this cache keeps
+  // rows.
+  void Store(uint32_t row, const uint8_t* record);
+  // The matrices: the heads, then (when split) the tails.
   const uint8_t* data() const { return rows_.data(); }
   // unit id of each row; entries [0, size) are the used rows, the rest
   // (up to capacity) are stale.
   const std::vector<uint32_t>& units_by_row() const { return unit_of_row_; }
 
   // Appends `unit` (must be absent, cache not full); returns its row, whose
-  // bytes the caller fills. std::logic_error if the preconditions fail.
+  // bytes the caller fills (Store). std::logic_error if the preconditions fail.
   uint32_t Append(uint32_t unit);
   // Deletes `unit` (must be present): the last row's bytes and unit move
   // into its row. std::logic_error if absent.
@@ -74,10 +93,17 @@ class UnitCache {
 
  private:
   void CheckUnit(uint32_t unit, const char* operation) const;
+  // Copies row `from` over row `to`, head and tail.
+  void MoveRow(uint32_t from, uint32_t to);
+  uint64_t HeadOffset(uint32_t row) const { return uint64_t{row} * head_bytes_; }
+  uint64_t TailOffset(uint32_t row) const {
+    return uint64_t{capacity_} * head_bytes_ + uint64_t{row} * tail_bytes();
+  }
 
   uint32_t n_units_;
   uint32_t row_bytes_;
   uint32_t capacity_;
+  uint32_t head_bytes_;
   uint32_t size_ = 0;
   AlignedBuffer<uint8_t> rows_;
   std::vector<int32_t> row_of_unit_;
