@@ -11,13 +11,15 @@
 // one pass and down in another: split after up, the cached heads of
 // consecutive rows are one contiguous span, and so are their tails, where
 // whole records would make each pass skip a third of every record (the
-// hardware prefetchers follow that pattern worse: gather_bench --parts 3
-// against --parts 1).
+// hardware prefetchers follow that pattern worse: gather_bench --layout
+// records against --layout split).
 //
-// Costs: Append, Contains, RowOf O(1); Remove O(row_bytes) (one memcpy);
+// Costs: Append, Contains, RowOf O(1); Remove O(row_bytes) (one memcpy per
+// piece);
 // RemoveMany O(k * row_bytes) for k units, copying only the rows that must
 // move; Clear O(size). Memory: capacity * row_bytes for the rows (64-byte
-// aligned base, rows packed at row_bytes), 4 bytes per unit for the
+// aligned base; rows packed at row_bytes, or the heads packed at the split
+// and the tails after them), 4 bytes per unit for the
 // unit -> row index and 5 bytes per row for the row -> unit vector and
 // RemoveMany's marks, all allocated and touched in the constructor (so the
 // pages are resident from the start and no page fault lands in a token).
