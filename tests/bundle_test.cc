@@ -37,6 +37,7 @@
 #include "src/runtime/loader.h"
 #include "src/synth.h"
 #include "tests/error_test_util.h"
+#include "tests/temp_dir.h"
 
 namespace sparrow {
 namespace {
@@ -53,35 +54,7 @@ std::string SharedDir() {
 
 std::string Stories() { return SharedDir() + "/models/stories260K.gguf"; }
 
-// A fresh directory, removed with its files at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/sparrow_bundle_test_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    for (const std::string& f : Files()) ::unlink((path_ + "/" + f).c_str());
-    ::rmdir(path_.c_str());
-  }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-  std::vector<std::string> Files() const {
-    std::vector<std::string> out;
-    if (DIR* d = ::opendir(path_.c_str())) {
-      while (dirent* e = ::readdir(d)) {
-        const std::string name = e->d_name;
-        if (name != "." && name != "..") out.push_back(name);
-      }
-      ::closedir(d);
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::vector<uint8_t> ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -327,7 +300,7 @@ TEST_CASE("convert stories260K: every layout, every record type") {
     }
   }
   // Nothing but the bundles: no temporary files left behind.
-  CHECK(dir.Files().size() == 12);
+  CHECK(dir.Entries().size() == 12);
 }
 
 TEST_CASE("convert from quantized and bf16 sources, with tiles narrower than a layer") {
@@ -691,7 +664,7 @@ TEST_CASE("a re-quantized GGUF counts what it converted; a type no weight can ta
   CHECK(ErrorOf([&] { WriteGguf(Stories(), other, false, {}, TensorType::kQ4_K); }) ==
         "convert: no weight can be re-quantized to q4_K: rows of 64 elements are not whole "
         "blocks of 256");
-  CHECK(dir.Files().size() == 1);
+  CHECK(dir.Entries().size() == 1);
 }
 
 TEST_CASE("a truncated bundle is refused at open") {
@@ -984,7 +957,7 @@ TEST_CASE("convert refuses to overwrite without force and leaves nothing when it
   ConvertOptions options;
   CHECK(Contains(ErrorOf([&] { ConvertGgufToBundle(Stories(), out, options); }), "exists"));
   CHECK(ReadAll(out) == std::vector<uint8_t>{'k', 'e', 'e', 'p'});
-  CHECK(dir.Files() == std::vector<std::string>{"model.sparrow"});
+  CHECK(dir.Entries() == std::vector<std::string>{"model.sparrow"});
   options.force = true;
   ConvertGgufToBundle(Stories(), out, options);
   CHECK(Bundle::Open(out).record_type() == TensorType::kF32);  // the source's type
@@ -999,7 +972,7 @@ TEST_CASE("convert refuses to overwrite without force and leaves nothing when it
   options.record_type = TensorType::kQ4_K;
   CHECK(Contains(ErrorOf([&] { ConvertGgufToBundle(Stories(), out, options); }), "q4_K"));
   options.record_type.reset();
-  CHECK(dir.Files() == std::vector<std::string>{"not.gguf"});
+  CHECK(dir.Entries() == std::vector<std::string>{"not.gguf"});
 
   // A write failing half way (the file size limit stands in for a full
   // disk): an error, and neither the output nor the temporary file remains.
@@ -1018,7 +991,7 @@ TEST_CASE("convert refuses to overwrite without force and leaves nothing when it
   ::setrlimit(RLIMIT_FSIZE, &old_limit);
   ::signal(SIGXFSZ, old_handler);
   CHECK(Contains(msg, "cannot write"));
-  CHECK(dir.Files() == std::vector<std::string>{"not.gguf"});
+  CHECK(dir.Entries() == std::vector<std::string>{"not.gguf"});
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tests/temp_dir.h"
+
 namespace sparrow::testing {
 
 using Bytes = std::vector<uint8_t>;
@@ -173,32 +175,6 @@ inline std::string ModelPath(const char* file) {
   REQUIRE_MESSAGE(std::filesystem::exists(path), "missing fixture " << path);
   return path;
 }
-
-// A fresh directory, removed with its contents when the object goes away.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "sparrow_test_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-  size_t EntryCount() const {
-    size_t n = 0;
-    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(path_)) ++n;
-    return n;
-  }
-
- private:
-  std::string path_;
-};
 
 inline void WriteFile(const std::string& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary);

@@ -30,33 +30,12 @@
 #include "src/runtime/loader.h"
 #include "src/runtime/loader_internal.h"
 #include "src/runtime/probe_io.h"
+#include "tests/temp_dir.h"
 
 namespace sparrow {
 namespace {
 
-// A directory under $TMPDIR (or /tmp), removed with its files at the end.
-class TempDir {
- public:
-  TempDir() : TempDir(std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp") {}
-  explicit TempDir(const std::string& parent) {
-    std::string pattern = parent + "/sparrow_loader_test_XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    for (const std::string& f : files_) ::unlink(f.c_str());
-    ::rmdir(path_.c_str());
-  }
-  std::string File(const std::string& name) {
-    files_.push_back(path_ + "/" + name);
-    return files_.back();
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  std::vector<std::string> files_;
-};
+using testing::TempDir;
 
 void WriteRandomFile(const std::string& path, uint64_t bytes, uint64_t seed) {
   std::mt19937_64 rng(seed);

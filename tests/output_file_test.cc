@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "base/output_file.h"
 #include "tests/error_test_util.h"
+#include "tests/temp_dir.h"
 
 namespace sparrow {
 namespace {
@@ -24,20 +25,7 @@ namespace {
 using testing::Contains;
 using testing::ErrorOf;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/sparrow_outfile_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() { (void)std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::vector<std::string> Entries(const std::string& dir) {
   std::vector<std::string> names;

@@ -20,44 +20,12 @@
 #include <vector>
 
 #include "base/error.h"
+#include "tests/temp_dir.h"
 
 namespace sparrow {
 namespace {
 
-// A scratch directory removed with its files at the end of a test.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = std::string(base && *base ? base : "/tmp") + "/sparrow_stats_XXXXXX";
-    std::vector<char> buffer(pattern.begin(), pattern.end());
-    buffer.push_back('\0');
-    REQUIRE(::mkdtemp(buffer.data()) != nullptr);
-    path_ = buffer.data();
-  }
-  ~TempDir() {
-    for (const std::string& name : Entries()) {
-      const std::string full = path_ + "/" + name;
-      if (::unlink(full.c_str()) != 0) ::rmdir(full.c_str());
-    }
-    ::rmdir(path_.c_str());
-  }
-  const std::string& path() const { return path_; }
-  std::vector<std::string> Entries() const {
-    std::vector<std::string> names;
-    if (DIR* dir = ::opendir(path_.c_str())) {
-      while (const dirent* entry = ::readdir(dir)) {
-        const std::string name = entry->d_name;
-        if (name != "." && name != "..") names.push_back(name);
-      }
-      ::closedir(dir);
-    }
-    return names;
-  }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::string ReadAll(std::istream& in) {
   std::ostringstream text;
