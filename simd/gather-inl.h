@@ -159,14 +159,9 @@ struct Q4_0Dot {
 // order is then four streams that each run on through consecutive
 // groups, which the hardware prefetchers follow (like the stream probe's
 // four streams), instead of four short rows that end together.
-// Not inlined (nor AxpyOneToken, AxpyBatch, TileAxpysFor, nor the GEMV's
-// ForRowGroups): one function per type and row count instead of every type
-// inlined into the dispatch entry point, which the compilers took longer to
-// optimize (gcc -O3, this file for five targets: 44.6 s -> 37.2 s; gemv.cc
-// 26.7 s -> 20.6 s). A call per list of rows costs nothing measurable.
 template <class K, class Input>
-HWY_NOINLINE void DotRowGroups(const uint8_t* const* rows, size_t count, size_t cols,
-                               const Input* x, size_t n, float* out, size_t out_stride) {
+HWY_INLINE void DotRowGroups(const uint8_t* const* rows, size_t count, size_t cols,
+                             const Input* x, size_t n, float* out, size_t out_stride) {
   const size_t row_bytes = K::RowBytes(cols);
   auto From = [](size_t t, size_t i) {
     return t > 0 ? PrefetchFrom::kNone : i > 0 ? PrefetchFrom::kCovered : PrefetchFrom::kStart;
@@ -517,8 +512,8 @@ HWY_INLINE void RunAxpyGroup(const AxpyGroup& g, const AxpyGroup& next, size_t c
 
 // One token: the rows with a nonzero coefficient, four at a time, in order.
 template <class K>
-HWY_NOINLINE void AxpyOneToken(const uint8_t* const* rows, size_t count, size_t cols,
-                               const float* a, float* y) {
+HWY_INLINE void AxpyOneToken(const uint8_t* const* rows, size_t count, size_t cols,
+                             const float* a, float* y) {
   const size_t row_bytes = K::RowBytes(cols);
   size_t k = 0;
   AxpyGroup cur, next;
@@ -678,8 +673,8 @@ HWY_INLINE void TileQuantAxpys(const float* const* HWY_RESTRICT q,
 }
 
 template <bool kQuantized, size_t kM>
-HWY_NOINLINE void TileAxpysFor(const float* const* q, const float* c,
-                               const float (*s)[kTileBlocks], size_t len, float* y) {
+HWY_INLINE void TileAxpysFor(const float* const* q, const float* c,
+                             const float (*s)[kTileBlocks], size_t len, float* y) {
   if constexpr (kQuantized) {
     TileQuantAxpys<kM>(q, s, len / 32, y);
   } else {
@@ -709,9 +704,9 @@ HWY_INLINE void TileAxpys(size_t m, const float* const* q, const float* c,
 // (skipping the rows whose coefficient is zero for that token), with the
 // same per-element operations as AxpyOneToken.
 template <bool kQuantized>
-HWY_NOINLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t count,
-                            size_t cols, const float* a, size_t a_stride, size_t n,
-                            float* y, size_t y_stride) {
+HWY_INLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t count,
+                          size_t cols, const float* a, size_t a_stride, size_t n,
+                          float* y, size_t y_stride) {
   const hn::ScalableTag<float> dfull;
   [[maybe_unused]] const size_t G = hn::Lanes(dfull);
   HWY_ALIGN float tile[kAxpyGroupRows][kTileCols];

@@ -999,9 +999,9 @@ HWY_INLINE void Q6_KRows(const uint8_t* HWY_RESTRICT w, size_t row_stride,
 // multiplied with every input before the next: it is read from memory once
 // (then from L1), and each input's results are those it gets alone.
 template <size_t kGroup, class K, class Input>
-HWY_NOINLINE void ForRowGroups(const uint8_t* base, size_t row_bytes, size_t row_begin,
-                               size_t row_end, size_t cols, const Input* in, size_t n, float* y,
-                               size_t y_stride) {
+HWY_INLINE void ForRowGroups(const uint8_t* base, size_t row_bytes, size_t row_begin,
+                             size_t row_end, size_t cols, const Input* in, size_t n, float* y,
+                             size_t y_stride) {
   const size_t part = (row_end - row_begin) / kGroup;
   for (size_t i = 0; i < part; ++i) {
     const size_t r = row_begin + i;
