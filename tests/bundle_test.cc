@@ -300,7 +300,7 @@ TEST_CASE("convert stories260K: every layout, every record type") {
     }
   }
   // Nothing but the bundles: no temporary files left behind.
-  CHECK(dir.Entries().size() == 12);
+  CHECK(dir.EntryCount() == 12);
 }
 
 TEST_CASE("convert from quantized and bf16 sources, with tiles narrower than a layer") {
@@ -664,7 +664,7 @@ TEST_CASE("a re-quantized GGUF counts what it converted; a type no weight can ta
   CHECK(ErrorOf([&] { WriteGguf(Stories(), other, false, {}, TensorType::kQ4_K); }) ==
         "convert: no weight can be re-quantized to q4_K: rows of 64 elements are not whole "
         "blocks of 256");
-  CHECK(dir.Entries().size() == 1);
+  CHECK(dir.EntryCount() == 1);
 }
 
 TEST_CASE("a truncated bundle is refused at open") {

@@ -1,6 +1,5 @@
 // Output files: written whole or not at all, temporaries removed on errors,
 // on SIGINT/SIGTERM/SIGHUP and, for dead processes, by the next writer.
-#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -26,18 +25,6 @@ using testing::Contains;
 using testing::ErrorOf;
 
 using testing::TempDir;
-
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  REQUIRE(d != nullptr);
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(d);
-  return names;
-}
 
 std::string Read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -73,7 +60,7 @@ TEST_CASE("TempFile: committed files replace the target whole; others leave noth
     // Destroyed without Commit (an exception on the way): removed.
   }
   CHECK(Read(target) == "second");
-  CHECK(Entries(dir.path()) == std::vector<std::string>{"out.txt"});
+  CHECK(dir.Entries() == std::vector<std::string>{"out.txt"});
 }
 
 TEST_CASE("TempFile: a signal that ends the process removes the temporary file") {
@@ -99,14 +86,14 @@ TEST_CASE("TempFile: a signal that ends the process removes the temporary file")
     char byte;
     REQUIRE(::read(ready[0], &byte, 1) == 1);
     ::close(ready[0]);
-    CHECK(Entries(dir.path()).size() == 1);  // the temporary file exists
+    CHECK(dir.Entries().size() == 1);  // the temporary file exists
     REQUIRE(::kill(child, sig) == 0);
     int status = 0;
     REQUIRE(::waitpid(child, &status, 0) == child);
     // Ended by the signal, as without the handler (a parent sees the same).
     CHECK(WIFSIGNALED(status));
     CHECK(WTERMSIG(status) == sig);
-    CHECK(Entries(dir.path()).empty());
+    CHECK(dir.Entries().empty());
   }
 }
 
@@ -143,7 +130,7 @@ TEST_CASE("CheckWritable: says why an output path cannot be written, before any 
   msg = ErrorOf([&] { CheckWritable(dir.File("old.json/x"), "--csv"); });
   CHECK(Contains(msg, "Not a directory"));
   CHECK(Contains(ErrorOf([&] { CheckWritable("/dev/null", "-o"); }), "not a regular file"));
-  CHECK(Entries(dir.path()) == std::vector<std::string>{"old.json"});  // nothing created
+  CHECK(dir.Entries() == std::vector<std::string>{"old.json"});  // nothing created
 }
 
 TEST_CASE("WriteFileAtomically: failures name the output and the reason") {

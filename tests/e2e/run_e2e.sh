@@ -159,7 +159,7 @@ for layout in neuron dip; do
   [ "$got" = "$want" ] && pass "$layout bundle (f32): greedy output equals the dense run" \
     || fail "$layout bundle (f32): greedy output differs"
   bppl=$("$SPARROW" perplexity -m "$b" -f "$WORK/ppl.txt" -c 256 2>/dev/null | tail -n 1 | awk '{print $3}')
-  if [ -n "$bppl" ] && awk -v a="$bppl" -v b="$ppl" 'BEGIN { d = a - b; exit !(d <= 0.00011 && d >= -0.00011) }'; then
+  if [ -n "$bppl" ] && within "$bppl" "$ppl" 0.00011; then
     pass "$layout bundle (f32): perplexity $bppl equals dense $ppl to the last digit"
   else
     fail "$layout bundle (f32): perplexity '$bppl' differs from dense '$ppl'"
