@@ -351,6 +351,9 @@ int Main(int argc, char** argv) {
        cxxopts::value<bool>()->default_value("false"))
       ("clock", "wall or cpu (see the top of gather_bench.cc)",
        cxxopts::value<std::string>()->default_value("wall"))
+      ("hide-cpu-extensions", "Measure the forms kernels take on CPUs without the "
+       "extensions they check at run time (x86 VNNI and BF16, Arm dotprod and i8mm)",
+       cxxopts::value<bool>()->default_value("false"))
       ("h,help", "Show this help");
   const auto opts = options.parse(argc, argv);
   if (opts.count("help")) {
@@ -413,8 +416,10 @@ int Main(int argc, char** argv) {
   }
   const bool split = parts == 3 && layout == "split";
 
-  std::printf("SIMD target: %s (cpu: %s)\n", simd::CurrentTargetName().c_str(),
-              simd::CpuFeatures().c_str());
+  if (opts["hide-cpu-extensions"].as<bool>()) simd::HideCpuExtensionsForTest(true);
+  std::printf("SIMD target: %s (cpu: %s)%s\n", simd::CurrentTargetName().c_str(),
+              simd::CpuFeatures().c_str(),
+              opts["hide-cpu-extensions"].as<bool>() ? "; run-time extensions hidden" : "");
   std::printf("load average at start: %s\n", LoadAverage().c_str());
   std::printf("records of %zu part(s)%s%s; tokens per call: %zu; %s clock; median of %d "
               "repetitions; caches rotate through >= %zu MiB of copies; probe buffer %zu MiB, one "

@@ -259,6 +259,9 @@ int Main(int argc, char** argv) {
       ("probe-mib", "Stream probe buffer size", cxxopts::value<size_t>()->default_value("1024"))
       ("clock", "wall, or cpu: per-thread CPU time (for a machine shared with "
        "busy neighbours; see the top comment)", cxxopts::value<std::string>()->default_value("wall"))
+      ("hide-cpu-extensions", "Measure the forms kernels take on CPUs without the "
+       "extensions they check at run time (x86 VNNI and BF16, Arm dotprod and i8mm)",
+       cxxopts::value<bool>()->default_value("false"))
       ("quantize-speed", "Also time QuantizeRow/DequantizeRow per type",
        cxxopts::value<bool>()->default_value("false"))
       ("h,help", "Show this help");
@@ -300,8 +303,10 @@ int Main(int argc, char** argv) {
   const size_t rotate_bytes = opts["rotate-mib"].as<size_t>() << 20;
   const size_t probe_bytes = opts["probe-mib"].as<size_t>() << 20;
 
-  std::printf("SIMD target: %s (cpu: %s)\n", simd::CurrentTargetName().c_str(),
-              simd::CpuFeatures().c_str());
+  if (opts["hide-cpu-extensions"].as<bool>()) simd::HideCpuExtensionsForTest(true);
+  std::printf("SIMD target: %s (cpu: %s)%s\n", simd::CurrentTargetName().c_str(),
+              simd::CpuFeatures().c_str(),
+              opts["hide-cpu-extensions"].as<bool>() ? "; run-time extensions hidden" : "");
   std::printf("machine: %s, %u hardware threads\n", CpuModel().c_str(),
               std::thread::hardware_concurrency());
   std::printf("load average at start: %s\n", LoadAverage().c_str());

@@ -88,7 +88,8 @@ HWY_INLINE size_t PairLayoutIndex(size_t block, size_t i) {
 }
 
 #undef SPARROW_Q4_0_INT8  // per target (this file is included once per target)
-#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3_DL && (defined(__GNUC__) || defined(__clang__))
+#if HWY_ARCH_X86 && (HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3) && \
+    (defined(__GNUC__) || defined(__clang__))
 // Q4_0 rows against 8-bit activations, two blocks per 512-bit vpdpbusd
 // (Q4_0Rows). With int16 activations the kernel is bound by arithmetic at
 // one thread where its rows are in cache: ~10 vector instructions per
@@ -98,15 +99,24 @@ HWY_INLINE size_t PairLayoutIndex(size_t block, size_t i) {
 // --kernels dot --rotate-mib 1 --clock cpu`: 13.4-13.8 GB/s with int16,
 // 16.6-18.1 with int8 (rows from DRAM: no change either way). Highway
 // 1.0.3 has no 8-bit dot product nor a masked 128-bit broadcast, so both
-// are raw (AVX3_DL's runtime check requires AVX512_VNNI; vpdpbusd is
-// inline assembly for the reason given in int8_dot-inl.h).
+// are raw (vpdpbusd is inline assembly for the reason given in
+// int8_dot-inl.h). AVX3_DL's runtime check requires AVX512_VNNI; AVX3 asks
+// the CPU (Cascade Lake has AVX512_VNNI but not VBMI, so Highway gives it
+// AVX3). Measured on a 2 vCPU Cascade Lake VM, one thread, CPU clock,
+// `gemv_bench --types q4_0 --shapes 2048x5632,4096x11008
+// [--hide-cpu-extensions]`, three alternated rounds: 49-71% of the 4-stream
+// probe with int16, 83-88% with int8 (README.md has the whole table).
 #define SPARROW_Q4_0_INT8 1
 #endif
 
-// The activations Q4_0Rows takes on this target: int8 (SPARROW_Q4_0_INT8,
-// natural order, largest magnitude to +-127) or int16 in the pair layout.
+// The activations Q4_0Rows takes on this target and CPU: int8
+// (SPARROW_Q4_0_INT8, natural order, largest magnitude to +-127) or int16
+// in the pair layout. QuantizeActivationsImpl and Q4_0Rows both ask, so
+// they agree.
 HWY_INLINE bool Q4_0ActivationsAreInt8() {
-#ifdef SPARROW_Q4_0_INT8
+#if defined(SPARROW_Q4_0_INT8) && HWY_TARGET == HWY_AVX3
+  return TargetHasVnni();
+#elif defined(SPARROW_Q4_0_INT8)
   return true;
 #else
   return false;
@@ -121,7 +131,7 @@ HWY_INLINE void QuantizeActivationsImpl(const float* HWY_RESTRICT x, size_t n,
                                         float* HWY_RESTRICT group_sums,
                                         float* HWY_RESTRICT group_scales) {
 #ifdef SPARROW_Q4_0_INT8
-  if (pair_layout) {  // Q4_0: int8 in natural order, in q's bytes
+  if (pair_layout && Q4_0ActivationsAreInt8()) {  // Q4_0: int8 in natural order, in q's bytes
     return QuantizeInt8Impl(x, n, reinterpret_cast<int8_t*>(q), scales, sums);
   }
 #endif
@@ -358,74 +368,113 @@ HWY_INLINE void GroupScales(DF dfull, const uint8_t* const* rows,
     BlockScales(dfull, rows[3] + at, block_bytes, count, sx + g0, sums + g0, out[3 % kRows], o3);
 }
 
-#undef SPARROW_Q4_0_PERMUTED_SCALES  // per target (this file is included once per target)
+#undef SPARROW_PERMUTED_SCALES  // per target (this file is included once per target)
 #if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE && HWY_MAX_BYTES == 64
-#define SPARROW_Q4_0_PERMUTED_SCALES 1
-// The f16 scales of 16 consecutive Q4_0 blocks at `blocks` (all 288 bytes
-// readable) as floats, from five 64-byte loads and 32-bit lane permutes.
-// BlockScales' 16-lane gather does the same job but costs more than the
-// rest of the Q4_0 kernel's non-integer work: measured on Sapphire Rapids
-// (L2-resident rows), a gather pass ahead of every 16 blocks took ~2.3 of
-// the ~9 cycles per block pair and row, these loads and permutes ~1.
-// Block k's scale is at byte 18k, i.e. the low (k even) or high (k odd)
-// half of 32-bit lane floor(4.5 k); loads at bytes 0, 64, 128, 192 and 224
-// (the last one ends at byte 288) hold blocks 0-3, 4-7, 8-10, 11-12, 13-15.
+#define SPARROW_PERMUTED_SCALES 1
+// The f16 scales of 16 consecutive blocks of kBB bytes (Q4_0: 18, Q8_0:
+// 34; all 16 * kBB bytes readable) as floats, from 64-byte loads and 32-bit
+// lane permutes. BlockScales' 16-lane gather does the same job but costs
+// more than the rest of the kernels' non-integer work: measured on Sapphire
+// Rapids (L2-resident rows), a gather pass ahead of every 16 Q4_0 blocks
+// took ~2.3 of the ~9 cycles per block pair and row, these loads and
+// permutes ~1; on a Cascade Lake VM one 16-lane vpgatherdd takes ~31
+// cycles. Block k's scale is at byte kBB * k, the low or high half of the
+// 32-bit lane holding that byte; each load covers the blocks whose lane it
+// holds (ScaleLoads), the last one ending at byte 16 * kBB.
 // (Helper functions, not lambdas: GCC 12 did not inline the lambdas, and
 // the calls cost more than the gather they replace.)
+template <size_t kBB>
+struct ScaleLoads {
+  static constexpr size_t kSpan = 16 * kBB;
+  // Where load c starts: every 64 bytes, the last one moved back so that it
+  // ends at kSpan.
+  static constexpr size_t Start(size_t c) { return c * 64 + 64 <= kSpan ? c * 64 : kSpan - 64; }
+  // The load block k's lane is taken from: the first whose 64 bytes hold it.
+  static constexpr size_t LoadOf(size_t k) {
+    size_t c = 0;
+    while (!(Start(c) <= kBB * k && kBB * k + 4 - (kBB * k) % 4 <= Start(c) + 64)) ++c;
+    return c;
+  }
+  static constexpr size_t kLoads = LoadOf(15) + 1;
+  struct Tables {
+    alignas(64) int32_t lane[16];
+    alignas(64) uint32_t shift[16];
+    size_t first[kLoads];  // the first block each load provides
+  };
+  static constexpr Tables Make() {
+    Tables t{};
+    for (size_t k = 0; k < 16; ++k) {
+      const size_t byte = kBB * k - Start(LoadOf(k));
+      t.lane[k] = static_cast<int32_t>(byte / 4);
+      t.shift[k] = static_cast<uint32_t>(8 * (byte % 4));
+    }
+    for (size_t c = 0, k = 0; c < kLoads; ++c) {
+      while (LoadOf(k) < c) ++k;
+      t.first[c] = k;
+    }
+    return t;
+  }
+  static constexpr Tables kTables = Make();
+};
+
 template <class DU, class Indices>
-HWY_INLINE hn::Vec<DU> Q4_0ScaleLanes(DU du, const uint8_t* HWY_RESTRICT p, Indices idx) {
+HWY_INLINE hn::Vec<DU> ScaleLanes(DU du, const uint8_t* HWY_RESTRICT p, Indices idx) {
   return hn::TableLookupLanes(hn::LoadU(du, reinterpret_cast<const uint32_t*>(p)), idx);
 }
 
-template <class DF>
-HWY_INLINE hn::Vec<DF> Q4_0Scales16(DF df, const uint8_t* HWY_RESTRICT blocks) {
+// Lanes from the loads c.. (blocks first[c]..15), the last load's first.
+template <size_t kBB, size_t c, class DU, class Indices>
+HWY_INLINE hn::Vec<DU> ScaleLanesFrom(DU du, const uint8_t* HWY_RESTRICT blocks, Indices idx) {
+  using L = ScaleLoads<kBB>;
+  const auto here = ScaleLanes(du, blocks + L::Start(c), idx);
+  if constexpr (c + 1 == L::kLoads) {
+    return here;
+  } else {
+    return hn::IfThenElse(hn::FirstN(du, L::kTables.first[c + 1]), here,
+                          ScaleLanesFrom<kBB, c + 1>(du, blocks, idx));
+  }
+}
+
+template <size_t kBB, class DF>
+HWY_INLINE hn::Vec<DF> HalfScales16(DF df, const uint8_t* HWY_RESTRICT blocks) {
   const hn::RebindToUnsigned<DF> du;
   const hn::Rebind<uint16_t, DF> du16;
   const hn::Rebind<hwy::float16_t, DF> df16;
   static_assert(hn::MaxLanes(DF()) == 16, "needs 16 f32 lanes");
-  alignas(64) static constexpr int32_t kLane[16] = {0, 4, 9, 13, 2, 6, 11, 15,
-                                                    4, 8, 13, 1, 6, 2, 7, 11};
-  alignas(64) static constexpr uint32_t kShift[16] = {0, 16, 0, 16, 0, 16, 0, 16,
-                                                      0, 16, 0, 16, 0, 16, 0, 16};
-  const auto idx = hn::SetTableIndices(du, kLane);
-  auto bits = Q4_0ScaleLanes(du, blocks + 224, idx);
-  bits = hn::IfThenElse(hn::FirstN(du, 13), Q4_0ScaleLanes(du, blocks + 192, idx), bits);
-  bits = hn::IfThenElse(hn::FirstN(du, 11), Q4_0ScaleLanes(du, blocks + 128, idx), bits);
-  bits = hn::IfThenElse(hn::FirstN(du, 8), Q4_0ScaleLanes(du, blocks + 64, idx), bits);
-  bits = hn::IfThenElse(hn::FirstN(du, 4), Q4_0ScaleLanes(du, blocks, idx), bits);
-  bits = hn::Shr(bits, hn::Load(du, kShift));
+  using L = ScaleLoads<kBB>;
+  const auto idx = hn::SetTableIndices(du, L::kTables.lane);
+  auto bits = ScaleLanesFrom<kBB, 0>(du, blocks, idx);
+  bits = hn::Shr(bits, hn::Load(du, L::kTables.shift));
   return PromoteHalf(df, hn::BitCast(df16, hn::TruncateTo(du16, bits)));
 }
 
-// One row's part of Q4_0GroupScales (BlockScales' results for 16 blocks).
-template <class DF>
-HWY_INLINE void Q4_0RowScales16(DF df, const uint8_t* HWY_RESTRICT blocks, hn::Vec<DF> vsx,
-                                hn::Vec<DF> vsums, float* HWY_RESTRICT out,
-                                hn::Vec<DF>& offset) {
-  const auto s = hn::Mul(Q4_0Scales16(df, blocks), vsx);
+// One row's part of PermutedGroupScales (BlockScales' results for 16 blocks).
+template <size_t kBB, class DF>
+HWY_INLINE void RowScales16(DF df, const uint8_t* HWY_RESTRICT blocks, hn::Vec<DF> vsx,
+                            hn::Vec<DF> vsums, float* HWY_RESTRICT out, hn::Vec<DF>& offset) {
+  const auto s = hn::Mul(HalfScales16<kBB>(df, blocks), vsx);
   hn::Store(s, df, out);
   offset = hn::MulAdd(s, vsums, offset);
 }
 #endif
 
-// Q4_0's GroupScales: the same results, through Q4_0Scales16 where a whole
-// group of 16 blocks is there.
-template <size_t kRows, class DF>
-HWY_INLINE void Q4_0GroupScales(DF dfull, const uint8_t* const* rows, size_t nblocks,
-                                size_t g0, const float* HWY_RESTRICT sx,
-                                const float* HWY_RESTRICT sums,
-                                float (*out)[kMaxFloatLanes], hn::Vec<DF>& o0,
-                                hn::Vec<DF>& o1, hn::Vec<DF>& o2, hn::Vec<DF>& o3) {
-  constexpr size_t kBB = sizeof(BlockQ4_0);
-#ifdef SPARROW_Q4_0_PERMUTED_SCALES
+// GroupScales for blocks of kBB bytes: the same results, through
+// HalfScales16 where a whole group of 16 blocks is there.
+template <size_t kRows, size_t kBB, class DF>
+HWY_INLINE void PermutedGroupScales(DF dfull, const uint8_t* const* rows, size_t nblocks,
+                                    size_t g0, const float* HWY_RESTRICT sx,
+                                    const float* HWY_RESTRICT sums,
+                                    float (*out)[kMaxFloatLanes], hn::Vec<DF>& o0,
+                                    hn::Vec<DF>& o1, hn::Vec<DF>& o2, hn::Vec<DF>& o3) {
+#ifdef SPARROW_PERMUTED_SCALES
   if (g0 + 16 <= nblocks) {
     const auto vsx = hn::LoadU(dfull, sx + g0);
     const auto vsums = hn::LoadU(dfull, sums + g0);
     const size_t at = g0 * kBB;
-    Q4_0RowScales16(dfull, rows[0] + at, vsx, vsums, out[0], o0);
-    if constexpr (kRows > 1) Q4_0RowScales16(dfull, rows[1] + at, vsx, vsums, out[1 % kRows], o1);
-    if constexpr (kRows > 2) Q4_0RowScales16(dfull, rows[2] + at, vsx, vsums, out[2 % kRows], o2);
-    if constexpr (kRows > 3) Q4_0RowScales16(dfull, rows[3] + at, vsx, vsums, out[3 % kRows], o3);
+    RowScales16<kBB>(dfull, rows[0] + at, vsx, vsums, out[0], o0);
+    if constexpr (kRows > 1) RowScales16<kBB>(dfull, rows[1] + at, vsx, vsums, out[1 % kRows], o1);
+    if constexpr (kRows > 2) RowScales16<kBB>(dfull, rows[2] + at, vsx, vsums, out[2 % kRows], o2);
+    if constexpr (kRows > 3) RowScales16<kBB>(dfull, rows[3] + at, vsx, vsums, out[3 % kRows], o3);
     return;
   }
 #endif
@@ -513,12 +562,13 @@ HWY_INLINE void Q4_0PairInt8(const uint8_t* HWY_RESTRICT p, __m512i x, __m512i m
 
 // Q4_0 stores nibbles q with value (q - 8) * d: the kernel sums q * x and
 // subtracts 8 * d * sum(x) per block through BlockScales' offset term.
-// Activations are in the pair layout (QuantizeActivationsImpl).
-template <size_t kRows, class Pf>
-HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks, const int16_t* HWY_RESTRICT xq,
-                         const float* HWY_RESTRICT sx,
-                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
-                         size_t y_stride, Pf& pf) {
+// Activations are int8 (kInt8) or int16 in the pair layout
+// (QuantizeActivationsImpl); Q4_0Rows below picks the form.
+template <size_t kRows, bool kInt8, class Pf>
+HWY_INLINE void Q4_0RowsForm(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
+                             const int16_t* HWY_RESTRICT xq, const float* HWY_RESTRICT sx,
+                             const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
+                             size_t y_stride, Pf& pf) {
   const Int32Tags t;
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
@@ -526,17 +576,17 @@ HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
   auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df), f3 = hn::Zero(t.df);
   auto o0 = hn::Zero(dfull), o1 = hn::Zero(dfull), o2 = hn::Zero(dfull), o3 = hn::Zero(dfull);
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
-  Q4_0GroupScales<kRows>(dfull, rows, nblocks, 0, sx, sums, sw[0], o0, o1, o2, o3);
+  PermutedGroupScales<kRows, kBB>(dfull, rows, nblocks, 0, sx, sums, sw[0], o0, o1, o2, o3);
   size_t cur = 0;
   for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
     if (g0 + G < nblocks) {
-      Q4_0GroupScales<kRows>(dfull, rows, nblocks, g0 + G, sx, sums, sw[cur ^ 1], o0, o1, o2,
+      PermutedGroupScales<kRows, kBB>(dfull, rows, nblocks, g0 + G, sx, sums, sw[cur ^ 1], o0, o1, o2,
                              o3);
     }
     const size_t count = std::min(G, nblocks - g0);
     const float(*scales)[kMaxFloatLanes] = sw[cur];
 #ifdef SPARROW_Q4_0_INT8
-    {
+    if constexpr (kInt8) {
       const int8_t* x8 = reinterpret_cast<const int8_t*>(xq);
       const __m512i mask = _mm512_set_epi64(
           int64_t(0xF0F0F0F0F0F0F0F0ull), int64_t(0xF0F0F0F0F0F0F0F0ull), 0x0F0F0F0F0F0F0F0FLL,
@@ -618,7 +668,7 @@ HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
     }
   }
 #ifdef SPARROW_Q4_0_INT8
-  {
+  if constexpr (kInt8) {
     // Lanes 4..7 and 12..15 hold 16 times their sums (Q4_0PairInt8).
     const __m512 sixteenth = _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(1.0f),
                                                   _mm512_set1_ps(0.0625f));
@@ -632,6 +682,25 @@ HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
   if constexpr (kRows > 1) y[y_stride] = ReduceSum(t.df, f1) - 8.0f * ReduceSum(dfull, o1);
   if constexpr (kRows > 2) y[2 * y_stride] = ReduceSum(t.df, f2) - 8.0f * ReduceSum(dfull, o2);
   if constexpr (kRows > 3) y[3 * y_stride] = ReduceSum(t.df, f3) - 8.0f * ReduceSum(dfull, o3);
+}
+
+// Both forms are compiled where the CPU decides (AVX3): one branch per call
+// of four rows, outside the loops.
+template <size_t kRows, class Pf>
+HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
+                         const int16_t* HWY_RESTRICT xq, const float* HWY_RESTRICT sx,
+                         const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
+                         size_t y_stride, Pf& pf) {
+#if defined(SPARROW_Q4_0_INT8) && HWY_TARGET != HWY_AVX3
+  Q4_0RowsForm<kRows, true>(rows, nblocks, xq, sx, sums, y, y_stride, pf);
+#else
+#ifdef SPARROW_Q4_0_INT8
+  if (Q4_0ActivationsAreInt8()) {
+    return Q4_0RowsForm<kRows, true>(rows, nblocks, xq, sx, sums, y, y_stride, pf);
+  }
+#endif
+  Q4_0RowsForm<kRows, false>(rows, nblocks, xq, sx, sums, y, y_stride, pf);
+#endif
 }
 
 // One Q8_0 block: 32 int8 weights at `qs` times 32 activations at `xb`.
@@ -659,13 +728,13 @@ HWY_INLINE void Q8_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
   auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df), f3 = hn::Zero(t.df);
   auto unused = hn::Zero(dfull);  // Q8_0 is symmetric: no offset term
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
-  GroupScales<kRows>(dfull, rows, kBB, nblocks, 0, sx, sums, sw[0], unused, unused, unused,
-                     unused);
+  PermutedGroupScales<kRows, kBB>(dfull, rows, nblocks, 0, sx, sums, sw[0], unused, unused,
+                                  unused, unused);
   size_t cur = 0;
   for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
     if (g0 + G < nblocks) {
-      GroupScales<kRows>(dfull, rows, kBB, nblocks, g0 + G, sx, sums, sw[cur ^ 1], unused,
-                         unused, unused, unused);
+      PermutedGroupScales<kRows, kBB>(dfull, rows, nblocks, g0 + G, sx, sums, sw[cur ^ 1],
+                                      unused, unused, unused, unused);
     }
     const size_t count = std::min(G, nblocks - g0);
     const float(*scales)[kMaxFloatLanes] = sw[cur];

@@ -89,8 +89,8 @@ void GemvBatch(TensorType type, const void* weights, size_t row_bytes, size_t co
 
 // The largest magnitude the current SIMD target's per-row kernels (Gemv,
 // and DotRows through them) quantize `type`'s activations to: 127 where
-// they are int8 (Q4_0 on AVX3_DL, with AVX-512 VNNI; gemv-inl.h:
-// SPARROW_Q4_0_INT8), 32767 for the other quantized types, 0 where
+// they are int8 (Q4_0 on AVX3_DL, and on AVX3 where the CPU has
+// AVX-512 VNNI; gemv-inl.h: SPARROW_Q4_0_INT8), 32767 for the other quantized types, 0 where
 // activations stay f32 (F32, F16, BF16). Tests, benchmarks and `sparrow
 // info` size their bounds and descriptions from it, so a type or target
 // that moves to int8 changes in one place.

@@ -193,7 +193,11 @@ TEST_CASE("Gemv matches GemvReference for every type, shape and target") {
       const size_t R = shape.rows;
       const std::pair<size_t, size_t> ranges[] = {
           {0, R}, {R > 2 ? 1 : 0, R > 2 ? R - 1 : R}, {R / 2, R / 2 + 1}, {R - 1, R}};
-      ForEachTarget([&](const Target& target) {
+      // Q4_0 on AVX3 takes int8 activations where the CPU has AVX-512
+      // VNNI, int16 where not: both forms.
+      ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
+        if (hidden && type != TensorType::kQ4_0) return;
+        CAPTURE(hidden);
         std::vector<double> tol(shape.rows);
         for (size_t r = 0; r < shape.rows; ++r) {
           std::vector<float> row(shape.cols);
@@ -230,6 +234,22 @@ TEST_CASE("Gemv matches GemvReference for every type, shape and target") {
       });
     }
   }
+}
+
+// The int8 form is chosen where vpdpbusd runs: always on AVX3_DL, whose
+// runtime check requires AVX-512 VNNI, and on AVX3 when the CPU reports it.
+TEST_CASE("Q4_0 activations are int8 exactly where the target and CPU have AVX-512 VNNI") {
+  ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
+    CAPTURE(target.name);
+    CAPTURE(hidden);
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+    const bool int8 = target.name == "AVX3_DL" || (target.name == "AVX3" && CpuHasX86Vnni(true));
+#else
+    const bool int8 = false;
+#endif
+    CHECK(GemvActivationMax(TensorType::kQ4_0) == (int8 ? kInt8ActivationMax : 32767));
+    CHECK(GemvActivationMax(TensorType::kQ8_0) == 32767);
+  });
 }
 
 // A batch multiplies each group of rows with every input (Q8_0: several

@@ -276,6 +276,19 @@ void ForEachTarget(const std::function<void(const Target&)>& body) {
   ForceTarget(0);
 }
 
+void ForEachTargetAndCpuForm(const std::function<void(const Target&, bool hidden)>& body) {
+  for (bool hidden : {false, true}) {
+    HideCpuExtensionsForTest(hidden);
+    try {
+      ForEachTarget([&](const Target& t) { body(t, hidden); });
+    } catch (...) {
+      HideCpuExtensionsForTest(false);
+      throw;
+    }
+  }
+  HideCpuExtensionsForTest(false);
+}
+
 }  // namespace sparrow::simd
 
 #endif  // HWY_ONCE

@@ -45,6 +45,11 @@ void HideCpuExtensionsForTest(bool hidden);
 // Runs `body` once per available target with dispatch forced to it, then
 // restores the default. For tests: every kernel is checked on every target.
 void ForEachTarget(const std::function<void(const Target&)>& body);
+// ForEachTarget with the CPU extensions above visible, then again with them
+// hidden (HideCpuExtensionsForTest), so that kernels which choose a form at
+// run time are checked in every form; `hidden` says which pass this is.
+// Leaves them visible.
+void ForEachTargetAndCpuForm(const std::function<void(const Target&, bool hidden)>& body);
 // Names of the targets ForEachTarget ran a body on since the last call, in
 // order; the test runner prints them so logs show what each test exercised.
 std::vector<std::string> TakeTargetsVisited();
