@@ -26,6 +26,7 @@
 #include "base/aligned_buffer.h"
 #include "base/crc32c.h"
 #include "base/error.h"
+#include "base/read_file.h"
 #include "formats/bundle.h"
 #include "formats/bundle_writer.h"
 #include "formats/gguf.h"
@@ -57,9 +58,7 @@ std::string Stories() { return SharedDir() + "/models/stories260K.gguf"; }
 using testing::TempDir;
 
 std::vector<uint8_t> ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in.good());
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+  return ReadWholeFileBytes(path, "test file");
 }
 
 void WriteAll(const std::string& path, const std::vector<uint8_t>& bytes) {

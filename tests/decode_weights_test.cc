@@ -30,24 +30,35 @@ struct Region {
 };
 
 // n_layers layers of Q4_0 attention matrices (d x d) back to back in
-// `region`, random values.
+// `region`: rows drawn from a pool of 67 random quantized rows, each
+// matrix starting at a different one, so that no two matrices are alike.
+// (Quantizing every row from fresh normal samples took most of this file's
+// time, and ~50 times that under qemu in the Arm check.)
 ModelWeights MakeWeights(Region& region, size_t n_layers, size_t d) {
   const size_t row_bytes = d / 32 * 18;
+  constexpr size_t kPool = 67;
   std::mt19937 rng(3);
   std::normal_distribution<float> dist;
   std::vector<float> row(d);
+  std::vector<uint8_t> pool(kPool * row_bytes);
+  for (size_t i = 0; i < kPool; ++i) {
+    for (float& v : row) v = dist(rng);
+    simd::QuantizeRow(TensorType::kQ4_0, row.data(), d, pool.data() + i * row_bytes);
+  }
   ModelWeights w;
   w.layers.resize(n_layers);
   uint8_t* at = region.data + 100;  // not page aligned: partial pages at the ends
+  size_t matrix = 0;
   for (LayerWeights& l : w.layers) {
     for (ops::MatrixView* m : {&l.wq, &l.wk, &l.wv, &l.wo}) {
       REQUIRE(at + d * row_bytes <= region.data + region.bytes);
       for (size_t r = 0; r < d; ++r) {
-        for (float& v : row) v = dist(rng);
-        simd::QuantizeRow(TensorType::kQ4_0, row.data(), d, at + r * row_bytes);
+        std::memcpy(at + r * row_bytes, pool.data() + (r + 5 * matrix) % kPool * row_bytes,
+                    row_bytes);
       }
       *m = {TensorType::kQ4_0, at, d, d, row_bytes};
       at += d * row_bytes;
+      ++matrix;
     }
   }
   return w;

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/read_file.h"
 #include "tests/temp_dir.h"
 
 namespace sparrow::testing {
@@ -183,9 +184,7 @@ inline void WriteFile(const std::string& path, const Bytes& bytes) {
 }
 
 inline Bytes ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in.good());
-  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return ReadWholeFileBytes(path, "test file");
 }
 
 }  // namespace sparrow::testing

@@ -27,6 +27,7 @@
 
 #include "base/aligned_buffer.h"
 #include "base/error.h"
+#include "base/read_file.h"
 #include "src/runtime/loader.h"
 #include "src/runtime/loader_internal.h"
 #include "src/runtime/probe_io.h"
@@ -47,8 +48,7 @@ void WriteRandomFile(const std::string& path, uint64_t bytes, uint64_t seed) {
 }
 
 std::vector<uint8_t> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return ReadWholeFileBytes(path, "test file");
 }
 
 // Runs `body` with stderr redirected to a file; returns what it printed.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/read_file.h"
 #include "src/engine.h"
 #include "src/model/model.h"
 #include "tests/shared_path.h"
@@ -30,8 +31,7 @@ TEST_CASE("perplexity: pass by pass, one pass of logits held, the whole chunk's 
   // The budget and the session hold one pass's rows, not the chunk's.
   CHECK(loaded.logits_rows == kBatch);
 
-  std::ifstream in(SharedPath("corpora/tinystories_val_excerpt.txt"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text = ReadWholeFile(SharedPath("corpora/tinystories_val_excerpt.txt"), "corpus");
   text.resize(std::min<size_t>(text.size(), 20000));
   const Model& model = *loaded.model;
   const std::vector<int32_t> tokens = model.tokenizer().Encode(text, model.tokenizer().add_bos());

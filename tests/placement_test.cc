@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/read_file.h"
 #include "formats/bundle.h"
 #include "formats/calibration.h"
 #include "src/convert.h"
@@ -46,8 +47,7 @@ std::vector<uint32_t> Identity(uint32_t n) {
 }
 
 std::string Excerpt(size_t bytes) {
-  std::ifstream in(SharedPath("corpora/tinystories_val_excerpt.txt"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text = ReadWholeFile(SharedPath("corpora/tinystories_val_excerpt.txt"), "corpus");
   text.resize(std::min(text.size(), bytes));
   return text;
 }

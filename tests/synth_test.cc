@@ -15,9 +15,10 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/read_file.h"
+#include "base/threads.h"
 #include "formats/gguf.h"
 #include "src/model/model.h"
-#include "base/threads.h"
 #include "tests/gguf_test_util.h"
 
 using namespace sparrow;
@@ -53,8 +54,7 @@ std::vector<float> ReadF32(const gguf::GgufFile& f, const std::string& name) {
 }
 
 std::vector<uint8_t> FileBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return ReadWholeFileBytes(path, "test file");
 }
 
 // FNV-1a of everything from the start of the tensor data to the end of the
