@@ -422,7 +422,8 @@ HWY_INLINE hn::Vec<DU> ScaleLanes(DU du, const uint8_t* HWY_RESTRICT p, Indices 
   return hn::TableLookupLanes(hn::LoadU(du, reinterpret_cast<const uint32_t*>(p)), idx);
 }
 
-// Lanes from the loads c.. (blocks first[c]..15), the last load's first.
+// Lane k from load LoadOf(k), for the lanes of loads c..: each load's
+// lanes are the ones below the next load's first block.
 template <size_t kBB, size_t c, class DU, class Indices>
 HWY_INLINE hn::Vec<DU> ScaleLanesFrom(DU du, const uint8_t* HWY_RESTRICT blocks, Indices idx) {
   using L = ScaleLoads<kBB>;
