@@ -416,10 +416,11 @@ int Main(int argc, char** argv) {
   }
   const bool split = parts == 3 && layout == "split";
 
-  if (opts["hide-cpu-extensions"].as<bool>()) simd::HideCpuExtensionsForTest(true);
+  const bool hide_extensions = opts["hide-cpu-extensions"].as<bool>();
+  simd::HideCpuExtensionsForTest(hide_extensions);
   std::printf("SIMD target: %s (cpu: %s)%s\n", simd::CurrentTargetName().c_str(),
               simd::CpuFeatures().c_str(),
-              opts["hide-cpu-extensions"].as<bool>() ? "; run-time extensions hidden" : "");
+              hide_extensions ? "; run-time extensions hidden" : "");
   std::printf("load average at start: %s\n", LoadAverage().c_str());
   std::printf("records of %zu part(s)%s%s; tokens per call: %zu; %s clock; median of %d "
               "repetitions; caches rotate through >= %zu MiB of copies; probe buffer %zu MiB, one "

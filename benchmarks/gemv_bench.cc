@@ -303,10 +303,11 @@ int Main(int argc, char** argv) {
   const size_t rotate_bytes = opts["rotate-mib"].as<size_t>() << 20;
   const size_t probe_bytes = opts["probe-mib"].as<size_t>() << 20;
 
-  if (opts["hide-cpu-extensions"].as<bool>()) simd::HideCpuExtensionsForTest(true);
+  const bool hide_extensions = opts["hide-cpu-extensions"].as<bool>();
+  simd::HideCpuExtensionsForTest(hide_extensions);
   std::printf("SIMD target: %s (cpu: %s)%s\n", simd::CurrentTargetName().c_str(),
               simd::CpuFeatures().c_str(),
-              opts["hide-cpu-extensions"].as<bool>() ? "; run-time extensions hidden" : "");
+              hide_extensions ? "; run-time extensions hidden" : "");
   std::printf("machine: %s, %u hardware threads\n", CpuModel().c_str(),
               std::thread::hardware_concurrency());
   std::printf("load average at start: %s\n", LoadAverage().c_str());

@@ -247,12 +247,9 @@ HWY_INLINE void ScaledHalfScales(DF df, const uint8_t* HWY_RESTRICT blocks,
   // alternated rounds, `gather_bench --types q4_0,q8_0 --shapes 2048x512
   // --parts 1 --kernels axpy --rotate-mib 1 --clock cpu` (rows in L2):
   // Q4_0 5.8-6.1 -> 6.6-8.7 GB/s, Q8_0 9.6-9.8 -> 11.9-12.6.
-  if (count == 16 && block_bytes == sizeof(BlockQ4_0)) {
-    hn::StoreU(hn::Mul(HalfScales16<sizeof(BlockQ4_0)>(df, blocks), hn::Set(df, coeff)), df, out);
-    return;
-  }
-  if (count == 16 && block_bytes == sizeof(BlockQ8_0)) {
-    hn::StoreU(hn::Mul(HalfScales16<sizeof(BlockQ8_0)>(df, blocks), hn::Set(df, coeff)), df, out);
+  hn::Vec<DF> d;
+  if (count == 16 && HalfScales16For(df, blocks, block_bytes, d)) {
+    hn::StoreU(hn::Mul(d, hn::Set(df, coeff)), df, out);
     return;
   }
 #endif

@@ -449,6 +449,22 @@ HWY_INLINE hn::Vec<DF> HalfScales16(DF df, const uint8_t* HWY_RESTRICT blocks) {
   return PromoteHalf(df, hn::BitCast(df16, hn::TruncateTo(du16, bits)));
 }
 
+// HalfScales16 where there are tables for `block_bytes` (Q4_0, Q8_0):
+// false for other block sizes.
+template <class DF>
+HWY_INLINE bool HalfScales16For(DF df, const uint8_t* HWY_RESTRICT blocks, size_t block_bytes,
+                                hn::Vec<DF>& out) {
+  if (block_bytes == sizeof(BlockQ4_0)) {
+    out = HalfScales16<sizeof(BlockQ4_0)>(df, blocks);
+    return true;
+  }
+  if (block_bytes == sizeof(BlockQ8_0)) {
+    out = HalfScales16<sizeof(BlockQ8_0)>(df, blocks);
+    return true;
+  }
+  return false;
+}
+
 // One row's part of PermutedGroupScales (BlockScales' results for 16 blocks).
 template <size_t kBB, class DF>
 HWY_INLINE void RowScales16(DF df, const uint8_t* HWY_RESTRICT blocks, hn::Vec<DF> vsx,
