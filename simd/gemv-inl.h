@@ -597,8 +597,8 @@ HWY_INLINE void Q4_0RowsForm(const uint8_t* const* HWY_RESTRICT rows, size_t nbl
   size_t cur = 0;
   for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
     if (g0 + G < nblocks) {
-      PermutedGroupScales<kRows, kBB>(dfull, rows, nblocks, g0 + G, sx, sums, sw[cur ^ 1], o0, o1, o2,
-                             o3);
+      PermutedGroupScales<kRows, kBB>(dfull, rows, nblocks, g0 + G, sx, sums, sw[cur ^ 1], o0,
+                                      o1, o2, o3);
     }
     const size_t count = std::min(G, nblocks - g0);
     const float(*scales)[kMaxFloatLanes] = sw[cur];
@@ -708,14 +708,13 @@ HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
                          const int16_t* HWY_RESTRICT xq, const float* HWY_RESTRICT sx,
                          const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
                          size_t y_stride, Pf& pf) {
-#if defined(SPARROW_Q4_0_INT8) && HWY_TARGET != HWY_AVX3
-  Q4_0RowsForm<kRows, true>(rows, nblocks, xq, sx, sums, y, y_stride, pf);
-#else
 #ifdef SPARROW_Q4_0_INT8
   if (Q4_0ActivationsAreInt8()) {
     return Q4_0RowsForm<kRows, true>(rows, nblocks, xq, sx, sums, y, y_stride, pf);
   }
 #endif
+#if !defined(SPARROW_Q4_0_INT8) || HWY_TARGET == HWY_AVX3
+  // (Not on AVX3_DL, whose CPUs all have VNNI: no int16 form compiled.)
   Q4_0RowsForm<kRows, false>(rows, nblocks, xq, sx, sums, y, y_stride, pf);
 #endif
 }
