@@ -14,8 +14,9 @@ constexpr uint32_t kGather = static_cast<uint32_t>(TypeAbility::kGather);
 constexpr uint32_t kPack = static_cast<uint32_t>(TypeAbility::kPack);
 constexpr uint32_t kRecord = static_cast<uint32_t>(TypeAbility::kRecord);
 
-// GGUF's types in id order: name, block geometry, and what Sparrow does with
-// each (0: readable in a GGUF file, but no kernel takes it).
+// GGUF's types, then Sparrow's own, in id order: name, block geometry, and
+// what Sparrow does with each (0: readable in a GGUF file, but no kernel
+// takes it).
 constexpr std::array kTypes = {
     TensorTypeInfo{TensorType::kF32, "f32", 1, 4, kConvert | kGemv | kGather | kRecord},
     TensorTypeInfo{TensorType::kF16, "f16", 1, 2, kConvert | kGemv | kGather | kRecord},
@@ -49,6 +50,8 @@ constexpr std::array kTypes = {
     TensorTypeInfo{TensorType::kTQ1_0, "tq1_0", 256, 54, 0},
     TensorTypeInfo{TensorType::kTQ2_0, "tq2_0", 256, 66, 0},
     TensorTypeInfo{TensorType::kMXFP4, "mxfp4", 32, 17, 0},
+    TensorTypeInfo{TensorType::kQ4_0S, "q4_0s", 32, 18, kConvert | kGemv | kGather | kRecord,
+                   /*gguf=*/false},
 };
 
 // A record is computed by the gather kernels and written by the quantizer;
@@ -84,6 +87,11 @@ const TensorTypeInfo* FindTensorType(uint32_t id) {
   return nullptr;
 }
 
+const TensorTypeInfo* FindGgufTensorType(uint32_t id) {
+  const TensorTypeInfo* info = FindTensorType(id);
+  return info != nullptr && info->gguf ? info : nullptr;
+}
+
 const TensorTypeInfo& GetTensorTypeInfo(TensorType type) {
   return *FindTensorType(static_cast<uint32_t>(type));
 }
@@ -100,10 +108,10 @@ bool TensorTypeCan(TensorType type, TypeAbility ability) {
   return info != nullptr && (info->abilities & static_cast<uint32_t>(ability)) != 0;
 }
 
-std::string TensorTypeNames(TypeAbility ability) {
+std::string TensorTypeNames(TypeAbility ability, bool gguf_only) {
   std::string names;
   for (const TensorTypeInfo& info : kTypes) {
-    if (!TensorTypeCan(info.type, ability)) continue;
+    if (!TensorTypeCan(info.type, ability) || (gguf_only && !info.gguf)) continue;
     if (!names.empty()) names += ", ";
     names += info.name;
   }

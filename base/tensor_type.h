@@ -44,6 +44,10 @@ enum class TensorType : uint32_t {
   kTQ1_0 = 34,
   kTQ2_0 = 35,
   kMXFP4 = 39,
+  // Sparrow's own types, from 1024 on: never in a GGUF file.
+  // Q4_0 with a row's f16 block scales stored together before its nibbles
+  // (simd/quant_blocks.h: Q4_0SplitRow); a bundle record type.
+  kQ4_0S = 1024,
 };
 
 // What Sparrow can do with a type. Every layer asks TensorTypeCan (the one
@@ -64,19 +68,23 @@ struct TensorTypeInfo {
   uint32_t block_elems;   // elements per block (1 for plain types)
   uint32_t block_bytes;   // bytes per block
   uint32_t abilities;     // TypeAbility bits
+  bool gguf = true;       // a GGUF type (false: Sparrow's own, bundles only)
 };
 
-// nullptr when `id` is not a type GGUF defines.
+// nullptr when `id` is not a type GGUF or Sparrow defines.
 const TensorTypeInfo* FindTensorType(uint32_t id);
+// nullptr when `id` is not a type GGUF defines (GGUF readers and writers).
+const TensorTypeInfo* FindGgufTensorType(uint32_t id);
 // Info for a known type (never null for an enumerator above).
 const TensorTypeInfo& GetTensorTypeInfo(TensorType type);
 std::string_view TensorTypeName(TensorType type);
-// Every type GGUF defines, in id order.
+// Every type GGUF defines, then Sparrow's own, in id order.
 std::span<const TensorTypeInfo> AllTensorTypes();
 // Whether the table gives `type` that ability (false for unknown ids).
 bool TensorTypeCan(TensorType type, TypeAbility ability);
-// The names of the types with that ability, for messages: "f32, f16, q8_0".
-std::string TensorTypeNames(TypeAbility ability);
+// The names of the types with that ability, for messages: "f32, f16, q8_0";
+// with `gguf_only`, only GGUF's types.
+std::string TensorTypeNames(TypeAbility ability, bool gguf_only = false);
 // Case-insensitive lookup by name ("f16", "Q8_0", "q4_k").
 std::optional<TensorType> ParseTensorType(std::string_view name);
 

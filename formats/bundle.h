@@ -78,7 +78,7 @@ inline constexpr uint64_t kMaxHeaderBytes = uint64_t{1} << 30;
 // arrays indexed by group; each group's permutation under its own key.
 namespace keys {
 inline constexpr char kLayout[] = "sparrow.layout";            // string: "neuron" | "dip" | "split"
-inline constexpr char kRecordType[] = "sparrow.record_type";   // string: "f32" | "f16" | "q8_0" | "q4_0"
+inline constexpr char kRecordType[] = "sparrow.record_type";   // string: "f32" | "f16" | "q8_0" | "q4_0" | "q4_0s"
 inline constexpr char kSource[] = "sparrow.source";            // string: source file name (informational)
 inline constexpr char kPlacement[] = "sparrow.placement";      // string: how the records were placed (informational; absent: in unit order)
 inline constexpr char kFileBytes[] = "sparrow.file_bytes";     // u64: the bundle's size (the file's, less any calibration trailer)
@@ -114,7 +114,7 @@ inline constexpr int kRecordKinds = 5;
 // The record kinds a layout stores for each layer, in file order.
 std::vector<RecordKind> LayoutKinds(Layout layout);
 // The types records may be stored in (TypeAbility::kRecord in
-// base/tensor_type.cc: F32, F16, Q8_0, Q4_0).
+// base/tensor_type.cc: F32, F16, Q8_0, Q4_0, Q4_0S).
 bool IsRecordType(TensorType type);
 
 // The records of one (layer, kind): a run of `n_units` fixed-size records.

@@ -336,7 +336,7 @@ void GgufFile::Parse(uint64_t image_size, bool bind_data) {
       if (t.dims[d] == 0) p.Fail(quoted, " has an empty dimension (dimension ", d, " is 0)");
     }
     const uint32_t type_id = p.U32();
-    const TensorTypeInfo* info = FindTensorType(type_id);
+    const TensorTypeInfo* info = FindGgufTensorType(type_id);
     if (info == nullptr) p.Fail(quoted, " has unknown tensor type id ", type_id);
     t.type = info->type;
     t.offset = p.U64();

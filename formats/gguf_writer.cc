@@ -139,7 +139,7 @@ void GgufWriter::AddTensor(std::string name, std::vector<uint64_t> dims, TensorT
   for (const PendingTensor& t : tensors_) {
     if (t.name == name) Misuse(path_, StrCat("tensor '", Printable(name), "' added twice"));
   }
-  const TensorTypeInfo* info = FindTensorType(static_cast<uint32_t>(type));
+  const TensorTypeInfo* info = FindGgufTensorType(static_cast<uint32_t>(type));
   if (info == nullptr) Misuse(path_, StrCat("tensor '", Printable(name), "' has an unknown type"));
   const std::string what = StrCat("cannot write tensor '", Printable(name), "' to '", path_, "': ");
   if (dims.empty() || dims.size() > kMaxDims) {

@@ -12,9 +12,8 @@
 // AxpyRows adds the terms to y one multiply-add at a time, in row order: for
 // float rows a * w; for Q8_0 (a * d) * q with the product a * d rounded to
 // f32 once per block and row, so that the per-element work is one convert
-// and one multiply-add; for Q4_0 the same with q the raw nibble (0..15),
-// and the -8 of every element applied at the end as one addition of
-// -8 * sum(a * d) per block (the sum in row order). With one token the
+// and one multiply-add; for Q4_0 and Q4_0S the same with q the nibble
+// minus 8 (exact in f32). With one token the
 // rows are converted on the fly, four at a time; with a batch, a column
 // tile of up to eight rows is converted into an L1 buffer once and applied
 // to every token. Both paths perform the same operations on each y element,
@@ -141,13 +140,15 @@ struct Q8_0Dot {
     Q8_0Rows<kRows>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, y_stride, pf);
   }
 };
+template <bool kSplit>  // Q4_0S rows
 struct Q4_0Dot {
   static constexpr size_t kTokens = 1;
   static size_t RowBytes(size_t cols) { return cols / 32 * sizeof(BlockQ4_0); }
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* const* rows, size_t cols, const Input& in,
                              float* y, size_t y_stride, Prefetcher<kRows>& pf) {
-    Q4_0Rows<kRows>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, y_stride, pf);
+    Q4_0Rows<kRows, kSplit>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y,
+                            y_stride, pf);
   }
 };
 
@@ -224,7 +225,9 @@ HWY_INLINE void DotRowsImpl(TensorType type, const uint8_t* const* rows, size_t 
     case TensorType::kQ8_0:
       return DotRowGroups<Q8_0Dot>(rows, count, cols, x, n, out, out_stride);
     case TensorType::kQ4_0:
-      return DotRowGroups<Q4_0Dot>(rows, count, cols, x, n, out, out_stride);
+      return DotRowGroups<Q4_0Dot<false>>(rows, count, cols, x, n, out, out_stride);
+    case TensorType::kQ4_0S:
+      return DotRowGroups<Q4_0Dot<true>>(rows, count, cols, x, n, out, out_stride);
     default:
       return;
   }
@@ -233,7 +236,8 @@ HWY_INLINE void DotRowsImpl(TensorType type, const uint8_t* const* rows, size_t 
 // ------------------------------------------------------------ axpys
 
 // out[i] = coeff * (the f16 scale of block i) for the `count` (1..Lanes(df))
-// consecutive blocks of `block_bytes` starting at `blocks`. Each lane
+// consecutive blocks of `block_bytes` starting at `blocks` (2: a Q4_0S
+// row's array of scales). Each lane
 // gathers the 4 bytes at its block's start (the scale and two bytes of the
 // block after it); lanes past `count` repeat the last block, so nothing past
 // it is read.
@@ -241,6 +245,17 @@ template <class DF>
 HWY_INLINE void ScaledHalfScales(DF df, const uint8_t* HWY_RESTRICT blocks,
                                  size_t block_bytes, size_t count, float coeff,
                                  float* HWY_RESTRICT out) {
+  if (block_bytes == 2) {  // Q4_0S: the scales are one f16 array
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    HWY_ALIGN hwy::float16_t h[kMaxFloatLanes] = {};
+    const hwy::float16_t* from = reinterpret_cast<const hwy::float16_t*>(blocks);
+    if (count < hn::Lanes(df)) {  // never read past the last scale
+      std::memcpy(h, blocks, count * 2);
+      from = h;
+    }
+    hn::StoreU(hn::Mul(PromoteHalf(df, hn::LoadU(dh, from)), hn::Set(df, coeff)), df, out);
+    return;
+  }
 #ifdef SPARROW_PERMUTED_SCALES
   // Loads and permutes instead of the 16-lane gather (gemv-inl.h says
   // why). Measured on a 2 vCPU Cascade Lake VM, one thread, three
@@ -404,7 +419,8 @@ HWY_INLINE __m512i Q4_0Bytes16(const uint8_t* p) {
 }
 #endif
 
-template <size_t kRows>
+// kSplit: Q4_0S rows.
+template <size_t kRows, bool kSplit>
 HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
                           const float* HWY_RESTRICT a, size_t nblocks, float* HWY_RESTRICT y,
                           Prefetcher<kRows>& pf) {
@@ -415,7 +431,7 @@ HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
   const hn::Rebind<uint32_t, decltype(df)> du32;
   const hn::Rebind<uint8_t, decltype(df)> du8;
   const size_t N = hn::Lanes(df);
-  constexpr size_t kBB = sizeof(BlockQ4_0);
+  const Q4_0Layout layout = kSplit ? Q4_0Layout::Split(nblocks) : Q4_0Layout::Interleaved();
   const uint8_t* const r0 = rows[0];
   const uint8_t* const r1 = rows[1 % kRows];
   const uint8_t* const r2 = rows[2 % kRows];
@@ -444,14 +460,16 @@ HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
   };
 #endif
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
-  CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, 0, sw[0]);
+  CoeffScales<kRows>(dfull, rows, a, layout.scale_stride, nblocks, 0, sw[0]);
   size_t cur = 0;
   for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
-    if (g0 + G < nblocks) CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, g0 + G, sw[cur ^ 1]);
+    if (g0 + G < nblocks) {
+      CoeffScales<kRows>(dfull, rows, a, layout.scale_stride, nblocks, g0 + G, sw[cur ^ 1]);
+    }
     const size_t count = std::min(G, nblocks - g0);
     const float(*s)[kMaxFloatLanes] = sw[cur];
     for (size_t b = 0; b < count; ++b) {
-      const size_t at = (g0 + b) * kBB + 2;
+      const size_t at = layout.nibbles_at + (g0 + b) * layout.nibble_stride;
       pf.Upto(at);
       float* yb = y + (g0 + b) * 32;
       for (size_t e = 0; e < 16; e += N) {
@@ -487,13 +505,14 @@ struct Q8_0Axpy {
     Q8_0Axpys<kRows>(rows, a, cols / 32, y, pf);
   }
 };
+template <bool kSplit>  // Q4_0S rows
 struct Q4_0Axpy {
   static constexpr bool kQuantized = true;
   static size_t RowBytes(size_t cols) { return cols / 32 * sizeof(BlockQ4_0); }
   template <size_t kRows>
   static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, size_t cols,
                              float* y, Prefetcher<kRows>& pf) {
-    Q4_0Axpys<kRows>(rows, a, cols / 32, y, pf);
+    Q4_0Axpys<kRows, kSplit>(rows, a, cols / 32, y, pf);
   }
 };
 
@@ -563,12 +582,12 @@ inline constexpr size_t kAxpyGroupRows = 8;
 inline constexpr size_t kTileCols = 512;
 inline constexpr size_t kTileBlocks = kTileCols / 32;
 
-// Elements [c0, c0 + len) of a row into `out` as f32: the weights for float
-// types; for Q8_0 the integers q and for Q4_0 the nibbles minus 8, with the block
-// scales (kTileBlocks + slack of them) in `scales`. c0 and len are whole
-// blocks for the quantized types.
-HWY_INLINE void ConvertSpan(TensorType type, const uint8_t* row, size_t c0, size_t len,
-                            float* HWY_RESTRICT out, float* HWY_RESTRICT scales) {
+// Elements [c0, c0 + len) of a row of `cols` into `out` as f32: the weights
+// for float types; for Q8_0 the integers q and for Q4_0 (and Q4_0S) the
+// nibbles minus 8, with the block scales (kTileBlocks + slack of them) in
+// `scales`. c0 and len are whole blocks for the quantized types.
+HWY_INLINE void ConvertSpan(TensorType type, const uint8_t* row, size_t cols, size_t c0,
+                            size_t len, float* HWY_RESTRICT out, float* HWY_RESTRICT scales) {
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
   switch (type) {
@@ -599,22 +618,25 @@ HWY_INLINE void ConvertSpan(TensorType type, const uint8_t* row, size_t c0, size
       }
       return;
     }
-    case TensorType::kQ4_0: {
+    case TensorType::kQ4_0:
+    case TensorType::kQ4_0S: {
       const hn::CappedTag<float, 16> df;
       const hn::Rebind<int32_t, decltype(df)> di32;
       const hn::Rebind<uint32_t, decltype(df)> du32;
       const hn::Rebind<uint8_t, decltype(df)> du8;
       const size_t N = hn::Lanes(df);
-      const uint8_t* blocks = row + c0 / 32 * sizeof(BlockQ4_0);
+      const Q4_0Layout layout = type == TensorType::kQ4_0S ? Q4_0Layout::Split(cols / 32)
+                                                           : Q4_0Layout::Interleaved();
+      const size_t b0 = c0 / 32;  // the span's first block
       const size_t nb = len / 32;
       for (size_t b = 0; b < nb; b += G) {
-        ScaledHalfScales(dfull, blocks + b * sizeof(BlockQ4_0), sizeof(BlockQ4_0),
+        ScaledHalfScales(dfull, layout.Scale(row, b0 + b), layout.scale_stride,
                          std::min(G, nb - b), 1.0f, scales + b);
       }
 #ifdef SPARROW_Q4_0_NIBBLE_TABLE
       const __m512 table = Q4_0NibbleTable();
       for (size_t b = 0; b < nb; ++b) {
-        const __m512i bytes = Q4_0Bytes16(blocks + b * sizeof(BlockQ4_0) + 2);
+        const __m512i bytes = Q4_0Bytes16(layout.Nibbles(row, b0 + b));
         _mm512_storeu_ps(out + 32 * b, Q4_0LowMinus8(bytes, table));
         _mm512_storeu_ps(out + 32 * b + 16, Q4_0HighMinus8(bytes, table));
       }
@@ -622,7 +644,7 @@ HWY_INLINE void ConvertSpan(TensorType type, const uint8_t* row, size_t c0, size
       return;
 #endif
       for (size_t b = 0; b < nb; ++b) {
-        const uint8_t* qs = blocks + b * sizeof(BlockQ4_0) + 2;
+        const uint8_t* qs = layout.Nibbles(row, b0 + b);
         for (size_t e = 0; e < 16; e += N) {
           const auto bytes = hn::BitCast(di32, hn::PromoteTo(du32, hn::LoadU(du8, qs + e)));
           const auto eight = hn::Set(di32, 8);
@@ -743,7 +765,9 @@ HWY_INLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t co
     for (size_t c0 = 0; c0 < cols; c0 += kTileCols) {
       const size_t len = std::min(kTileCols, cols - c0);
       const size_t nb = len / 32;
-      for (size_t r = 0; r < m; ++r) ConvertSpan(type, rows[picked[r]], c0, len, tile[r], scales[r]);
+      for (size_t r = 0; r < m; ++r) {
+        ConvertSpan(type, rows[picked[r]], cols, c0, len, tile[r], scales[r]);
+      }
       for (size_t t = 0; t < n; ++t) {
         const float* q[kAxpyGroupRows];
         float c[kAxpyGroupRows];
@@ -779,7 +803,8 @@ HWY_INLINE void AxpyRowsImpl(TensorType type, const uint8_t* const* rows, size_t
                              size_t cols, const float* a, size_t a_stride, size_t n,
                              float* y, size_t y_stride) {
   if (n > 1) {
-    const bool quantized = type == TensorType::kQ8_0 || type == TensorType::kQ4_0;
+    const bool quantized = type == TensorType::kQ8_0 || type == TensorType::kQ4_0 ||
+                           type == TensorType::kQ4_0S;
     if (quantized) {
       return AxpyBatch<true>(type, rows, count, cols, a, a_stride, n, y, y_stride);
     }
@@ -795,7 +820,9 @@ HWY_INLINE void AxpyRowsImpl(TensorType type, const uint8_t* const* rows, size_t
     case TensorType::kQ8_0:
       return AxpyOneToken<Q8_0Axpy>(rows, count, cols, a, y);
     case TensorType::kQ4_0:
-      return AxpyOneToken<Q4_0Axpy>(rows, count, cols, a, y);
+      return AxpyOneToken<Q4_0Axpy<false>>(rows, count, cols, a, y);
+    case TensorType::kQ4_0S:
+      return AxpyOneToken<Q4_0Axpy<true>>(rows, count, cols, a, y);
     default:
       return;
   }

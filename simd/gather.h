@@ -22,7 +22,7 @@
 namespace sparrow::simd {
 
 // Types the gather kernels take (TypeAbility::kGather in
-// base/tensor_type.cc: F32, F16, BF16, Q8_0, Q4_0).
+// base/tensor_type.cc: F32, F16, BF16, Q8_0, Q4_0, Q4_0S).
 bool GatherSupports(TensorType type);
 
 // out[t * out_stride + k] = dot(rows[k], x[t]) for k < count, t < n.

@@ -20,10 +20,22 @@
 namespace sparrow::simd {
 namespace {
 
-constexpr TensorType kTypes[] = {TensorType::kF32, TensorType::kF16, TensorType::kBF16,
-                                 TensorType::kQ8_0, TensorType::kQ4_0};
+constexpr TensorType kTypes[] = {TensorType::kF32,  TensorType::kF16,  TensorType::kBF16,
+                                 TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_0S};
 
-bool IsQuantized(TensorType t) { return t == TensorType::kQ8_0 || t == TensorType::kQ4_0; }
+bool IsQ4_0Family(TensorType t) { return t == TensorType::kQ4_0 || t == TensorType::kQ4_0S; }
+bool IsQuantized(TensorType t) { return t == TensorType::kQ8_0 || IsQ4_0Family(t); }
+
+// Where a quantized row of `cols` keeps block b's f16 scale, and its quants
+// (Q4_0S: all scales first, then the blocks' nibbles).
+size_t ScaleAt(TensorType type, size_t /*cols*/, size_t b) {
+  if (type == TensorType::kQ4_0S) return 2 * b;
+  return b * GetTensorTypeInfo(type).block_bytes;
+}
+size_t QuantsAt(TensorType type, size_t cols, size_t b) {
+  if (type == TensorType::kQ4_0S) return 2 * (cols / 32) + 16 * b;
+  return b * GetTensorTypeInfo(type).block_bytes + 2;
+}
 
 size_t RowBytes(TensorType type, size_t cols) {
   uint64_t bytes = 0;
@@ -52,8 +64,7 @@ void FillRow(TensorType type, size_t cols, bool random_bytes, std::mt19937& rng,
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   const size_t bytes = RowBytes(type, cols);
   for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(byte(rng));
-  const size_t block_bytes = GetTensorTypeInfo(type).block_bytes;
-  for (size_t b = 0; b < bytes / block_bytes; ++b) PutHalf(out + b * block_bytes, 0.01f * uni(rng));
+  for (size_t b = 0; b < cols / 32; ++b) PutHalf(out + ScaleAt(type, cols, b), 0.01f * uni(rng));
 }
 
 // A row whose every element is NaN (float types) or whose block scales are
@@ -62,10 +73,9 @@ void FillPoison(TensorType type, size_t cols, uint8_t* out) {
   const size_t bytes = RowBytes(type, cols);
   if (IsQuantized(type)) {
     std::memset(out, 0x11, bytes);
-    const size_t block_bytes = GetTensorTypeInfo(type).block_bytes;
-    for (size_t b = 0; b < bytes / block_bytes; ++b) {
+    for (size_t b = 0; b < cols / 32; ++b) {
       const uint16_t nan = 0x7e00;
-      std::memcpy(out + b * block_bytes, &nan, 2);
+      std::memcpy(out + ScaleAt(type, cols, b), &nan, 2);
     }
     return;
   }
@@ -133,9 +143,9 @@ std::vector<float> Dequantized(TensorType type, const uint8_t* row, size_t cols)
 // The row with every quant value zero: Q4_0's constant -8 d per element,
 // which the dot kernels apply separately (zero for the other types).
 std::vector<float> Offsets(TensorType type, const uint8_t* row, size_t cols) {
-  if (type != TensorType::kQ4_0) return std::vector<float>(cols, 0.0f);
+  if (!IsQ4_0Family(type)) return std::vector<float>(cols, 0.0f);
   std::vector<uint8_t> copy(row, row + RowBytes(type, cols));
-  for (size_t b = 0; b < cols / 32; ++b) std::memset(copy.data() + b * 18 + 2, 0, 16);
+  for (size_t b = 0; b < cols / 32; ++b) std::memset(copy.data() + QuantsAt(type, cols, b), 0, 16);
   return Dequantized(type, copy.data(), cols);
 }
 
@@ -202,7 +212,7 @@ TEST_CASE("DotRows equals Gemv bit for bit and the reference within the Gemv bou
       // Q4_0 on AVX3 takes int8 activations where the CPU has AVX-512
       // VNNI, int16 where not: both forms.
       ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
-        if (hidden && type != TensorType::kQ4_0) return;
+        if (hidden && !IsQ4_0Family(type)) return;
         CAPTURE(hidden);
         std::vector<double> tol(c.n * stride);
         for (size_t k = 0; k < c.count; ++k) {
@@ -263,17 +273,17 @@ double AxpyTolerance(double magnitude, size_t m, double ref) {
 
 // The scale and the integer of element i of a quantized row (q is the
 // nibble minus 8 for Q4_0).
-void ScaleAndQuant(TensorType type, const uint8_t* row, size_t i, float* d, float* q) {
-  const size_t block_bytes = GetTensorTypeInfo(type).block_bytes;
-  const uint8_t* block = row + i / 32 * block_bytes;
+void ScaleAndQuant(TensorType type, const uint8_t* row, size_t cols, size_t i, float* d,
+                   float* q) {
   uint16_t bits;
-  std::memcpy(&bits, block, 2);
+  std::memcpy(&bits, row + ScaleAt(type, cols, i / 32), 2);
   *d = F16ToF32(bits);
+  const uint8_t* quants = row + QuantsAt(type, cols, i / 32);
   const size_t e = i % 32;
   if (type == TensorType::kQ8_0) {
-    *q = static_cast<float>(static_cast<int8_t>(block[2 + e]));
+    *q = static_cast<float>(static_cast<int8_t>(quants[e]));
   } else {
-    *q = static_cast<float>((e < 16 ? block[2 + e] & 15 : block[2 + e - 16] >> 4) - 8);
+    *q = static_cast<float>((e < 16 ? quants[e] & 15 : quants[e - 16] >> 4) - 8);
   }
 }
 
@@ -358,7 +368,7 @@ TEST_CASE("AxpyRows matches the reference, the exact multiply-add chain, and its
             float scale = coeff, value = w[k][i];
             if (IsQuantized(type)) {
               float d;
-              ScaleAndQuant(type, rows[k], i, &d, &value);
+              ScaleAndQuant(type, rows[k], c.cols, i, &d, &value);
               scale = coeff * d;
             }
             fused[at] = std::fma(scale, value, fused[at]);

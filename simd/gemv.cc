@@ -17,10 +17,10 @@ void GemvT(TensorType type, const void* weights, size_t row_bytes, size_t cols,
   GemvImpl(type, weights, row_bytes, cols, x, n, row_begin, row_end, y, y_stride);
 }
 
-void QuantizeActivationsT(const float* x, size_t n, bool pair_layout, int16_t* q,
-                          float* scales, float* sums, float* group_sums,
+void QuantizeActivationsT(const float* x, size_t n, bool pair_layout, bool split_quads,
+                          int16_t* q, float* scales, float* sums, float* group_sums,
                           float* group_scales) {
-  QuantizeActivationsImpl(x, n, pair_layout, q, scales, sums, group_sums,
+  QuantizeActivationsImpl(x, n, pair_layout, split_quads, q, scales, sums, group_sums,
                           group_scales);
 }
 
@@ -51,9 +51,14 @@ void Reserve(AlignedBuffer<T>& buf, size_t count) {
   if (buf.size() < count) buf.Reset(count);
 }
 
+// Q4_0 and its split-scale record layout Q4_0S: the same activations.
+bool IsQ4_0Family(TensorType type) {
+  return type == TensorType::kQ4_0 || type == TensorType::kQ4_0S;
+}
+
 bool IsQuantized(TensorType type) {
-  return type == TensorType::kQ8_0 || type == TensorType::kQ4_0 ||
-         type == TensorType::kQ4_K || type == TensorType::kQ6_K;
+  return type == TensorType::kQ8_0 || IsQ4_0Family(type) || type == TensorType::kQ4_K ||
+         type == TensorType::kQ6_K;
 }
 
 }  // namespace
@@ -64,7 +69,7 @@ HWY_EXPORT(Q4_0ActivationsAreInt8T);
 
 int GemvActivationMax(TensorType type) {
   if (!IsQuantized(type)) return 0;
-  if (type == TensorType::kQ4_0 && HWY_DYNAMIC_DISPATCH(Q4_0ActivationsAreInt8T)()) {
+  if (IsQ4_0Family(type) && HWY_DYNAMIC_DISPATCH(Q4_0ActivationsAreInt8T)()) {
     return kInt8ActivationMax;
   }
   return 32767;
@@ -108,8 +113,10 @@ void GemvInput::Prepare(TensorType weight_type, const float* x, size_t n) {
 
   const size_t blocks = n / 32;
   // Q4_0 pairs blocks (gemv-inl.h: PairLayoutIndex); an odd last block gets
-  // a zero partner.
-  const bool pairs = weight_type == TensorType::kQ4_0;
+  // a zero partner. Q4_0S too, or in quads where the activations are int8
+  // (QuadLayoutIndex).
+  const bool pairs = IsQ4_0Family(weight_type);
+  const bool quads = weight_type == TensorType::kQ4_0S;
   Reserve(q_, sizes.q);
   if (pairs && blocks % 2 == 1) std::memset(q_.data() + 32 * (blocks - 1), 0, 64 * sizeof(int16_t));
   Reserve(scales_, sizes.scales);
@@ -120,7 +127,7 @@ void GemvInput::Prepare(TensorType weight_type, const float* x, size_t n) {
     Reserve(group_scales_, sizes.group_scales);
   }
   HWY_DYNAMIC_DISPATCH(QuantizeActivationsT)(
-      x, n, pairs, q_.data(), scales_.data(), sums_.data(),
+      x, n, pairs, quads, q_.data(), scales_.data(), sums_.data(),
       groups ? group_sums_.data() : nullptr,
       groups ? group_scales_.data() : nullptr);
   // Zero padding: kernels load whole vectors past the last block and

@@ -13,7 +13,7 @@
 namespace sparrow::simd {
 
 // Types the kernels below accept (TypeAbility::kGemv in base/tensor_type.cc:
-// F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
+// F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q4_0S).
 bool GemvSupports(TensorType type);
 
 // The activation vector prepared for one weight type. Prepare it once, then

@@ -22,11 +22,11 @@ namespace {
 constexpr TensorType kAllTypes[] = {TensorType::kF32,  TensorType::kF16,
                                     TensorType::kBF16, TensorType::kQ8_0,
                                     TensorType::kQ4_0, TensorType::kQ4_K,
-                                    TensorType::kQ6_K};
+                                    TensorType::kQ6_K, TensorType::kQ4_0S};
 
 bool IsQuantized(TensorType t) {
-  return t == TensorType::kQ8_0 || t == TensorType::kQ4_0 ||
-         t == TensorType::kQ4_K || t == TensorType::kQ6_K;
+  return t == TensorType::kQ8_0 || t == TensorType::kQ4_0 || t == TensorType::kQ4_K ||
+         t == TensorType::kQ6_K || t == TensorType::kQ4_0S;
 }
 
 size_t MinRowBytes(TensorType type, size_t cols) {
@@ -72,6 +72,10 @@ void FillRow(TensorType type, size_t cols, bool random_bytes, std::mt19937& rng,
   }
   const size_t bytes = MinRowBytes(type, cols);
   for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(byte(rng));
+  if (type == TensorType::kQ4_0S) {  // the scales first (quant_blocks.h)
+    for (size_t b = 0; b < cols / 32; ++b) PutHalf(out + 2 * b, 0.01f * uni(rng));
+    return;
+  }
   const size_t block_bytes = GetTensorTypeInfo(type).block_bytes;
   for (size_t b = 0; b < bytes / block_bytes; ++b) {
     uint8_t* blk = out + b * block_bytes;
@@ -100,6 +104,11 @@ std::vector<float> Offsets(TensorType type, const uint8_t* row, size_t cols) {
   if (!IsQuantized(type)) return out;
   const size_t bytes = MinRowBytes(type, cols);
   std::vector<uint8_t> copy(row, row + bytes);
+  if (type == TensorType::kQ4_0S) {  // the nibbles follow the scales
+    std::memset(copy.data() + 2 * (cols / 32), 0, bytes - 2 * (cols / 32));
+    DequantizeRowReference(type, copy.data(), cols, out.data());
+    return out;
+  }
   const size_t block_bytes = GetTensorTypeInfo(type).block_bytes;
   for (size_t b = 0; b < bytes / block_bytes; ++b) {
     for (const QuantBytes& q : QuantRanges(type)) {
@@ -196,7 +205,7 @@ TEST_CASE("Gemv matches GemvReference for every type, shape and target") {
       // Q4_0 on AVX3 takes int8 activations where the CPU has AVX-512
       // VNNI, int16 where not: both forms.
       ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
-        if (hidden && type != TensorType::kQ4_0) return;
+        if (hidden && type != TensorType::kQ4_0 && type != TensorType::kQ4_0S) return;
         CAPTURE(hidden);
         std::vector<double> tol(shape.rows);
         for (size_t r = 0; r < shape.rows; ++r) {
@@ -248,6 +257,7 @@ TEST_CASE("Q4_0 activations are int8 exactly where the target and CPU have AVX-5
     const bool int8 = false;
 #endif
     CHECK(GemvActivationMax(TensorType::kQ4_0) == (int8 ? kInt8ActivationMax : 32767));
+    CHECK(GemvActivationMax(TensorType::kQ4_0S) == (int8 ? kInt8ActivationMax : 32767));
     CHECK(GemvActivationMax(TensorType::kQ8_0) == 32767);
   });
 }
@@ -298,7 +308,7 @@ TEST_CASE("Gemv error stays far inside the bound on a large quantized matrix") {
   // the worst case the previous test allows.
   std::mt19937 rng(99);
   for (TensorType type : {TensorType::kQ4_0, TensorType::kQ8_0, TensorType::kQ4_K,
-                          TensorType::kQ6_K, TensorType::kF16}) {
+                          TensorType::kQ6_K, TensorType::kF16, TensorType::kQ4_0S}) {
     const size_t rows = 16, cols = 4096;
     const size_t row_bytes = MinRowBytes(type, cols);
     std::vector<uint8_t> w(rows * row_bytes);

@@ -22,6 +22,14 @@
 //                 e + 64 : ql[64h+l]    >> 4 | ((qh[32h+l] >> 4) & 3) << 4
 //                 e + 96 : ql[64h+32+l] >> 4 | ((qh[32h+l] >> 6) & 3) << 4
 //               and element e' uses scale sc[e' / 16].
+//
+// Q4_0S is Sparrow's own record layout of Q4_0 (never in a GGUF file): the
+// same blocks, values and bytes per row, with a row's f16 scales stored
+// together in front (2 bytes each) and its blocks' 16 nibble bytes after
+// them. The kernels then load 16 scales with one load instead of picking
+// them out of 288 interleaved bytes, and four blocks' nibbles with one
+// (gemv-inl.h: Q4_0SplitQuads). Its layout depends on the row's length, so
+// it is quantized and dequantized one whole row at a time.
 #pragma once
 
 #include <cstddef>
@@ -56,6 +64,24 @@ struct BlockQ6_K {
   uint8_t qh[64];     // high 2 bits
   int8_t scales[16];  // per 16 elements
   uint16_t d;         // f16 super-block scale
+};
+
+// Where a Q4_0 or Q4_0S row of `nblocks` blocks keeps block b's f16 scale
+// and its 16 nibble bytes.
+struct Q4_0Layout {
+  size_t scale_stride;   // bytes from one block's scale to the next's
+  size_t nibbles_at;     // offset of block 0's nibbles
+  size_t nibble_stride;  // bytes from one block's nibbles to the next's
+  bool split;            // Q4_0S
+
+  static constexpr Q4_0Layout Interleaved() { return {18, 2, 18, false}; }
+  static constexpr Q4_0Layout Split(size_t nblocks) { return {2, 2 * nblocks, 16, true}; }
+  const uint8_t* Scale(const uint8_t* row, size_t b) const { return row + b * scale_stride; }
+  uint8_t* Scale(uint8_t* row, size_t b) const { return row + b * scale_stride; }
+  const uint8_t* Nibbles(const uint8_t* row, size_t b) const {
+    return row + nibbles_at + b * nibble_stride;
+  }
+  uint8_t* Nibbles(uint8_t* row, size_t b) const { return row + nibbles_at + b * nibble_stride; }
 };
 
 static_assert(sizeof(BlockQ8_0) == 34 && offsetof(BlockQ8_0, qs) == 2);

@@ -106,8 +106,10 @@ HWY_INLINE void DequantizeQ8_0Row(const uint8_t* HWY_RESTRICT src, size_t n,
   }
 }
 
+// Blocks first_block.. of the row at `src` (n elements of them).
 HWY_INLINE void DequantizeQ4_0Row(const uint8_t* HWY_RESTRICT src, size_t n,
-                                  float* HWY_RESTRICT dst) {
+                                  float* HWY_RESTRICT dst, Q4_0Layout layout,
+                                  size_t first_block = 0) {
   const hn::CappedTag<float, 16> df;
   const hn::Rebind<int32_t, decltype(df)> di32;
   const hn::Rebind<uint8_t, decltype(df)> du8;
@@ -115,14 +117,14 @@ HWY_INLINE void DequantizeQ4_0Row(const uint8_t* HWY_RESTRICT src, size_t n,
   const auto mask = hn::Set(di32, 15);
   const auto eight = hn::Set(di32, 8);
   for (size_t b = 0; b < n / kQ4_0Elems; ++b) {
-    const uint8_t* block = src + b * sizeof(BlockQ4_0);
     uint16_t d_bits;
-    std::memcpy(&d_bits, block, 2);
+    std::memcpy(&d_bits, layout.Scale(src, first_block + b), 2);
+    const uint8_t* qs = layout.Nibbles(src, first_block + b);
     const auto d = hn::Set(df, HalfBitsToFloat(d_bits));
     float* out = dst + b * kQ4_0Elems;
     for (size_t s = 0; s < 16; s += N) {
       const auto bytes = hn::BitCast(di32, hn::PromoteTo(
-          hn::RebindToUnsigned<decltype(di32)>(), hn::LoadU(du8, block + 2 + s)));
+          hn::RebindToUnsigned<decltype(di32)>(), hn::LoadU(du8, qs + s)));
       const auto lo = hn::Sub(hn::And(bytes, mask), eight);
       const auto hi = hn::Sub(hn::ShiftRight<4>(bytes), eight);
       hn::StoreU(hn::Mul(hn::ConvertTo(df, lo), d), df, out + s);
@@ -242,7 +244,9 @@ HWY_INLINE void DequantizeRowImpl(TensorType type, const void* src, size_t n,
     case TensorType::kQ8_0:
       return DequantizeQ8_0Row(in, n, dst);
     case TensorType::kQ4_0:
-      return DequantizeQ4_0Row(in, n, dst);
+      return DequantizeQ4_0Row(in, n, dst, Q4_0Layout::Interleaved());
+    case TensorType::kQ4_0S:
+      return DequantizeQ4_0Row(in, n, dst, Q4_0Layout::Split(n / kQ4_0Elems));
     case TensorType::kQ4_K:
       return DequantizeQ4_KRow(in, n, dst);
     case TensorType::kQ6_K:
@@ -460,7 +464,11 @@ HWY_INLINE void DequantizeRowToBF16Impl(TensorType type, size_t block_elems,
   HWY_ALIGN float buffer[kChunk];
   for (size_t i = 0; i < n; i += kChunk) {
     const size_t count = std::min(kChunk, n - i);
-    DequantizeRowImpl(type, in + i / block_elems * block_bytes, count, buffer);
+    if (type == TensorType::kQ4_0S) {  // its layout spans the whole row
+      DequantizeQ4_0Row(in, count, buffer, Q4_0Layout::Split(n / kQ4_0Elems), i / kQ4_0Elems);
+    } else {
+      DequantizeRowImpl(type, in + i / block_elems * block_bytes, count, buffer);
+    }
     ConvertRowToBF16(buffer, count, dst + i);
   }
 }

@@ -114,12 +114,12 @@ void DequantizeQ8_0Reference(const uint8_t* src, size_t n, float* dst) {
   }
 }
 
-void DequantizeQ4_0Reference(const uint8_t* src, size_t n, float* dst) {
+void DequantizeQ4_0Reference(const uint8_t* src, size_t n, float* dst, Q4_0Layout layout) {
   for (size_t b = 0; b < n / kQ4_0Elems; ++b) {
-    const uint8_t* block = src + b * sizeof(BlockQ4_0);
-    const float d = F16ToF32(LoadU16(block));
+    const float d = F16ToF32(LoadU16(layout.Scale(src, b)));
+    const uint8_t* qs = layout.Nibbles(src, b);
     for (size_t j = 0; j < 16; ++j) {
-      const uint8_t byte = block[2 + j];
+      const uint8_t byte = qs[j];
       dst[32 * b + j] = static_cast<float>((byte & 15) - 8) * d;
       dst[32 * b + j + 16] = static_cast<float>((byte >> 4) - 8) * d;
     }
@@ -225,7 +225,7 @@ void QuantizeQ8_0(const float* src, size_t n, uint8_t* dst) {
 
 // ggml's Q4_0 rule: the element of largest magnitude maps to -8, so
 // d = that element / -8; q = floor(x / d + 8.5) clamped to 15.
-void QuantizeQ4_0(const float* src, size_t n, uint8_t* dst) {
+void QuantizeQ4_0(const float* src, size_t n, uint8_t* dst, Q4_0Layout layout) {
   for (size_t b = 0; b < n / kQ4_0Elems; ++b) {
     const float* x = src + b * kQ4_0Elems;
     float amax = 0.0f, max = 0.0f;
@@ -237,12 +237,12 @@ void QuantizeQ4_0(const float* src, size_t n, uint8_t* dst) {
     }
     const float d = max / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    uint8_t* block = dst + b * sizeof(BlockQ4_0);
-    StoreU16(F32ToF16(d), block);
+    StoreU16(F32ToF16(d), layout.Scale(dst, b));
+    uint8_t* qs = layout.Nibbles(dst, b);
     for (size_t j = 0; j < 16; ++j) {
       const int q0 = TruncInt(x[j] * id + 8.5f, 0, 15);
       const int q1 = TruncInt(x[j + 16] * id + 8.5f, 0, 15);
-      block[2 + j] = static_cast<uint8_t>(q0 | (q1 << 4));
+      qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
     }
   }
 }
@@ -500,7 +500,9 @@ void DequantizeRowReference(TensorType type, const void* src, size_t n,
     case TensorType::kQ8_0:
       return DequantizeQ8_0Reference(in, n, dst);
     case TensorType::kQ4_0:
-      return DequantizeQ4_0Reference(in, n, dst);
+      return DequantizeQ4_0Reference(in, n, dst, Q4_0Layout::Interleaved());
+    case TensorType::kQ4_0S:
+      return DequantizeQ4_0Reference(in, n, dst, Q4_0Layout::Split(n / kQ4_0Elems));
     case TensorType::kQ4_K:
       return DequantizeQ4_KReference(in, n, dst);
     case TensorType::kQ6_K:
@@ -529,7 +531,9 @@ void QuantizeRow(TensorType type, const float* src, size_t n, void* dst) {
     case TensorType::kQ8_0:
       return QuantizeQ8_0(src, n, out);
     case TensorType::kQ4_0:
-      return QuantizeQ4_0(src, n, out);
+      return QuantizeQ4_0(src, n, out, Q4_0Layout::Interleaved());
+    case TensorType::kQ4_0S:
+      return QuantizeQ4_0(src, n, out, Q4_0Layout::Split(n / kQ4_0Elems));
     case TensorType::kQ4_K:
       return QuantizeQ4_K(src, n, out);
     case TensorType::kQ6_K:

@@ -12,10 +12,13 @@
 namespace sparrow::simd {
 
 // Types DequantizeRow / QuantizeRow handle (TypeAbility::kConvert in
-// base/tensor_type.cc: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
+// base/tensor_type.cc: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q4_0S).
 bool CanConvert(TensorType type);
 
-// `n` elements (a whole number of blocks) from `src` in `type` to f32.
+// `n` elements (a whole number of blocks) from `src` in `type` to f32. For
+// every type but Q4_0S (whose layout depends on the row's length:
+// quant_blocks.h) any run of whole blocks may be converted; Q4_0S one
+// whole row per call, here and in QuantizeRow.
 void DequantizeRow(TensorType type, const void* src, size_t n, float* dst);
 // f32 to `type`; writes exactly the type's byte size for `n` elements, in
 // ggml's block layout, so llama.cpp reads the same values we do.

@@ -22,7 +22,7 @@ namespace {
 constexpr TensorType kAllTypes[] = {TensorType::kF32,  TensorType::kF16,
                                     TensorType::kBF16, TensorType::kQ8_0,
                                     TensorType::kQ4_0, TensorType::kQ4_K,
-                                    TensorType::kQ6_K};
+                                    TensorType::kQ6_K, TensorType::kQ4_0S};
 
 uint32_t Bits(float f) {
   uint32_t u;
@@ -290,6 +290,29 @@ TEST_CASE("Q6_K hand-built block dequantizes as documented") {
     DequantizeRow(TensorType::kQ6_K, block, 256, fast);
     for (int i = 0; i < 256; ++i) CHECK(fast[i] == ref[i]);
   });
+}
+
+TEST_CASE("Q4_0S holds Q4_0's blocks with a row's scales first") {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (size_t blocks : {1, 2, 5, 70}) {
+    const size_t n = 32 * blocks;
+    std::vector<float> x(n);
+    for (float& v : x) v = normal(rng);
+    std::vector<uint8_t> q4(RowBytes(TensorType::kQ4_0, n)), q4s(RowBytes(TensorType::kQ4_0S, n));
+    REQUIRE(q4.size() == q4s.size());
+    QuantizeRow(TensorType::kQ4_0, x.data(), n, q4.data());
+    QuantizeRow(TensorType::kQ4_0S, x.data(), n, q4s.data());
+    for (size_t b = 0; b < blocks; ++b) {
+      CAPTURE(b);
+      REQUIRE(std::memcmp(&q4s[2 * b], &q4[18 * b], 2) == 0);
+      REQUIRE(std::memcmp(&q4s[2 * blocks + 16 * b], &q4[18 * b + 2], 16) == 0);
+    }
+    std::vector<float> a(n), b(n);
+    DequantizeRowReference(TensorType::kQ4_0, q4.data(), n, a.data());
+    DequantizeRowReference(TensorType::kQ4_0S, q4s.data(), n, b.data());
+    for (size_t i = 0; i < n; ++i) REQUIRE(Bits(a[i]) == Bits(b[i]));
+  }
 }
 
 TEST_CASE("DequantizeRow equals the reference bit for bit on random bytes") {

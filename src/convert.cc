@@ -237,6 +237,9 @@ TensorType DefaultRecordType(const gguf::GgufFile& source) {
     if (common && *common != t.type) mixed = true;
     common = t.type;
   }
+  // Q4_0 records are stored as Q4_0S: the same values and size, faster to
+  // compute (simd/quant_blocks.h).
+  if (common && !mixed && *common == TensorType::kQ4_0) return TensorType::kQ4_0S;
   if (common && !mixed && bundle::IsRecordType(*common)) return *common;
   return TensorType::kQ8_0;
 }

@@ -190,9 +190,10 @@ void ValidateSynthSpec(const SynthSpec& s) {
   if (s.heads % s.kv_heads != 0) {
     ThrowInputError("synth: --heads ", s.heads, " is not a multiple of --kv-heads ", s.kv_heads);
   }
-  if (!simd::GemvSupports(s.type) || !simd::CanConvert(s.type)) {
-    ThrowInputError("synth: type ", TensorTypeName(s.type),
-                    " is not supported (", TensorTypeNames(TypeAbility::kGemv), ")");
+  if (!simd::GemvSupports(s.type) || !simd::CanConvert(s.type) ||
+      FindGgufTensorType(static_cast<uint32_t>(s.type)) == nullptr) {
+    ThrowInputError("synth: type ", TensorTypeName(s.type), " is not supported (",
+                    TensorTypeNames(TypeAbility::kGemv, /*gguf_only=*/true), ")");
   }
   ValidateHotOptions(s);
   const uint32_t block = GetTensorTypeInfo(s.type).block_elems;

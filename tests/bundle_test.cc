@@ -158,7 +158,8 @@ uint64_t StoredBytes(TensorType type, uint64_t elems) {
     case TensorType::kF32: return elems * 4;
     case TensorType::kF16: return elems * 2;
     case TensorType::kQ8_0: return elems / 32 * 34;
-    case TensorType::kQ4_0: return elems / 32 * 18;
+    case TensorType::kQ4_0:
+    case TensorType::kQ4_0S: return elems / 32 * 18;
     default: FAIL("not a record type"); return 0;
   }
 }
@@ -218,7 +219,7 @@ void CheckBundle(const std::string& source, const std::string& path, Layout layo
   REQUIRE(b.groups().size() == config.n_layers * kinds.size());
   const std::vector<uint8_t> file = ReadAll(path);
   CHECK(file.size() % 4096 == 0);
-  const uint32_t block = type == TensorType::kQ8_0 || type == TensorType::kQ4_0 ? 32 : 1;
+  const uint32_t block = GetTensorTypeInfo(type).block_elems;
   for (uint32_t layer = 0; layer < config.n_layers; ++layer) {
     const std::string blk = "blk." + std::to_string(layer) + ".";
     const Matrix gate = Dequantized(src, blk + "ffn_gate.weight");
@@ -279,8 +280,8 @@ void CheckBundle(const std::string& source, const std::string& path, Layout layo
 TEST_CASE("convert stories260K: every layout, every record type") {
   TempDir dir;
   for (Layout layout : {Layout::kNeuron, Layout::kDip, Layout::kSplit}) {
-    for (TensorType type :
-         {TensorType::kF32, TensorType::kF16, TensorType::kQ8_0, TensorType::kQ4_0}) {
+    for (TensorType type : {TensorType::kF32, TensorType::kF16, TensorType::kQ8_0,
+                            TensorType::kQ4_0, TensorType::kQ4_0S}) {
       const std::string name = StrCat(bundle::LayoutName(layout), "_", TensorTypeName(type));
       CAPTURE(name);
       const std::string out = dir.File(name + ".sparrow");
@@ -299,7 +300,7 @@ TEST_CASE("convert stories260K: every layout, every record type") {
     }
   }
   // Nothing but the bundles: no temporary files left behind.
-  CHECK(dir.EntryCount() == 12);
+  CHECK(dir.EntryCount() == 15);
 }
 
 TEST_CASE("convert from quantized and bf16 sources, with tiles narrower than a layer") {
@@ -310,7 +311,7 @@ TEST_CASE("convert from quantized and bf16 sources, with tiles narrower than a l
   };
   for (const Case c : {Case{TensorType::kQ4_K, TensorType::kQ8_0}, Case{TensorType::kQ6_K, TensorType::kQ8_0},
                        Case{TensorType::kBF16, TensorType::kQ8_0}, Case{TensorType::kF16, TensorType::kF16},
-                       Case{TensorType::kQ4_0, TensorType::kQ4_0}}) {
+                       Case{TensorType::kQ4_0, TensorType::kQ4_0S}}) {
     CAPTURE(TensorTypeName(c.source));
     SynthSpec spec;
     spec.dim = 512;

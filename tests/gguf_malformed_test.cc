@@ -181,7 +181,8 @@ std::vector<Case> MalformedCases() {
   }
   add("rank", "zero dimension", with([](RawFile& f) { f.tensors[0].dims = {0}; }),
       "empty dimension");
-  for (uint32_t t : {4u, 5u, 31u, 36u, 40u, 1000u, 0xffffffffu}) {
+  // 1024: Sparrow's own Q4_0S, a bundle record type that no GGUF file holds.
+  for (uint32_t t : {4u, 5u, 31u, 36u, 40u, 1000u, 1024u, 0xffffffffu}) {
     add("tensor type", "tensor type " + std::to_string(t),
         with([t](RawFile& f) { f.tensors[2].type = t; }), "unknown tensor type id");
   }

@@ -239,7 +239,8 @@ TEST_CASE("panel buffers hold their rows and grow with the matrix, so one charge
 // --prompt-gemm f32 for large batches too.
 TEST_CASE("RowAxpys on gathered rows: the same bits for any thread count and any split into calls") {
   ops::SetPromptGemm(ops::PromptGemm::kF32);
-  for (TensorType type : {TensorType::kF32, TensorType::kF16, TensorType::kQ8_0, TensorType::kQ4_0}) {
+  for (TensorType type : {TensorType::kF32, TensorType::kF16, TensorType::kQ8_0, TensorType::kQ4_0,
+                          TensorType::kQ4_0S}) {
     CAPTURE(TensorTypeName(type));
     const size_t pool = 300, cols = 320;
     const QuantizedMatrix w = MakeMatrix(type, pool, cols, 9);
@@ -343,7 +344,7 @@ TEST_CASE("RowDots over two parts per record equals one call per part") {
 
 TEST_CASE("RowDots and RowAxpys on gathered rows match the reference, small and large batches") {
   const TensorType types[] = {TensorType::kF32, TensorType::kF16, TensorType::kQ8_0,
-                              TensorType::kQ4_0};
+                              TensorType::kQ4_0, TensorType::kQ4_0S};
   for (ops::PromptGemm gemm : LargeBatchPaths())
   for (int threads : {1, 2}) {
     ops::SetPromptGemm(gemm);

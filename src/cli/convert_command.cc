@@ -25,8 +25,10 @@ int ConvertCommand(int argc, char** argv) {
       ("o,output", "Output bundle (.sparrow), or merged GGUF (.gguf, with --lora)",
        cxxopts::value<std::string>())
       ("type", "Record type: " + TensorTypeNames(TypeAbility::kRecord) +
-       " (default: the source's FFN type when it is one of these, otherwise q8_0); for a .gguf output, the type 2-D weights are "
-       "re-quantized to (any synth type)", cxxopts::value<std::string>())
+       " (default: the source's FFN type when it is one of these, q4_0s for q4_0, otherwise "
+       "q8_0; q4_0s is q4_0 with each row's block scales stored together, faster to compute); "
+       "for a .gguf output, the type 2-D weights are re-quantized to (any synth type)",
+       cxxopts::value<std::string>())
       ("layout", "Record layout: neuron ([gate row | up row | down column] per FFN neuron) or "
        "dip (per input dim [up column | gate column], per neuron [down column]: for --sparsity "
        "dip, dip-ca, glu) or split (per neuron [up row], [gate row] and [down column] apart: "
@@ -49,6 +51,10 @@ int ConvertCommand(int argc, char** argv) {
       const std::string name = args["type"].as<std::string>();
       type = ParseTensorType(name);
       if (!type) ThrowInputError("convert: unknown --type '", name, "'");
+      if (FindGgufTensorType(static_cast<uint32_t>(*type)) == nullptr) {
+        ThrowInputError("convert: ", name, " is a bundle record type; a .gguf output takes "
+                        "GGUF types");
+      }
     }
     if (lora.empty() && !type) {
       ThrowInputError("convert: a .gguf output needs --lora (a merged model) or --type (a "

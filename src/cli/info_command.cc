@@ -269,9 +269,10 @@ int InfoCommand(int argc, char** argv) {
     std::printf("  Q4_0/Q4_K/Q8_0 kernels: plain rows, 16-bit activations\n");
   }
   // A bundle's cached units are gathered one record at a time, never packed.
-  std::printf("  Q4_0 bundle records: per-row kernel, %s\n",
-              simd::GemvActivationMax(TensorType::kQ4_0) == simd::kInt8ActivationMax ? "8-bit activations, vpdpbusd (AVX-512 VNNI)"
-                                             : "16-bit activations");
+  std::printf("  Q4_0/Q4_0S bundle records: per-row kernels, %s\n",
+              simd::GemvActivationMax(TensorType::kQ4_0) == simd::kInt8ActivationMax
+                  ? "8-bit activations, vpdpbusd (AVX-512 VNNI); Q4_0S four blocks per load"
+                  : "16-bit activations");
   std::printf("  prompt batches: %s\n", ops::PromptGemmDescription().c_str());
   std::printf("  threads: %d, oneDNN: %s, OpenMP: %s, io_uring: %s\n", ThreadCount(),
               SPARROW_HAVE_ONEDNN ? "yes" : "no", SPARROW_HAVE_OPENMP ? "yes" : "no",

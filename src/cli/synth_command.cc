@@ -23,7 +23,7 @@ int SynthCommand(int argc, char** argv) {
       ("heads", "Attention heads", cxxopts::value<uint32_t>())
       ("kv-heads", "Key/value heads (default: --heads)", cxxopts::value<uint32_t>())
       ("vocab", "Vocabulary size (at least 354)", cxxopts::value<uint32_t>())
-      ("type", "Weight type: " + TensorTypeNames(TypeAbility::kGemv), cxxopts::value<std::string>())
+      ("type", "Weight type: " + TensorTypeNames(TypeAbility::kGemv, /*gguf_only=*/true), cxxopts::value<std::string>())
       ("ctx", "Context length recorded in the metadata", cxxopts::value<uint32_t>()->default_value("4096"))
       ("seed", "Random seed", cxxopts::value<uint64_t>()->default_value("1"))
       ("hot-fraction", "Fraction F in (0, 1] of residual channels and FFN units made hot, like "

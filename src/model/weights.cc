@@ -49,7 +49,7 @@ class TensorLookup {
       ThrowInputError(source_, ": tensor '", t.name, "' has type ",
                       TensorTypeName(t.type),
                       ", which Sparrow does not support (supported: ",
-                      TensorTypeNames(TypeAbility::kGemv), ")");
+                      TensorTypeNames(TypeAbility::kGemv, /*gguf_only=*/true), ")");
     }
     ops::MatrixView m;
     m.type = t.type;

@@ -172,6 +172,22 @@ if [ -n "$q8" ] && within_rel "$q8" "$ppl" 0.005; then
 else
   fail "q8_0 bundle: perplexity '$q8' not within 0.5% of dense $ppl"
 fi
+# Q4_0 records in GGUF's block layout and as Q4_0S (scales apart, its own
+# kernels): the same stored values, so the same perplexity give or take the
+# kernels' rounding, and each within 1e-3 of the scalar reference (on the
+# first 8 chunks: the reference kernels are slow).
+bundle_ppl() { "$SPARROW" perplexity -m "$1" -f "$WORK/ppl.txt" -c 256 --chunks 8 "${@:2}" 2>/dev/null | tail -n 1 | awk '{print $3}'; }
+"$SPARROW" convert -m "$STORIES" -o "$WORK/stories-q4_0.sparrow" --type q4_0 2>/dev/null
+"$SPARROW" convert -m "$STORIES" -o "$WORK/stories-q4_0s.sparrow" --type q4_0s 2>/dev/null
+p_q4_0=$(bundle_ppl "$WORK/stories-q4_0.sparrow")
+p_q4_0s=$(bundle_ppl "$WORK/stories-q4_0s.sparrow")
+p_ref=$(bundle_ppl "$WORK/stories-q4_0s.sparrow" --kernels reference)
+if [ -n "$p_q4_0" ] && [ -n "$p_q4_0s" ] && [ -n "$p_ref" ] && within_rel "$p_q4_0s" "$p_q4_0" 0.001 \
+    && within_rel "$p_q4_0s" "$p_ref" 0.001; then
+  pass "q4_0s bundle: perplexity $p_q4_0s, q4_0 $p_q4_0, reference $p_ref (within 1e-3)"
+else
+  fail "q4_0s bundle: perplexity '$p_q4_0s', q4_0 '$p_q4_0', reference '$p_ref' not within 1e-3"
+fi
 # A budget that holds only part of the feed-forward: still the same text.
 # A synthetic model with 3 MiB of feed-forward records keeps the margin well
 # above the run-to-run noise of the process's own footprint. The minimum
@@ -259,6 +275,8 @@ size=$(stat -c %s "$WORK/flipped.sparrow")
 expect_input_error "corrupted FFN record" "$SPARROW" run -m "$WORK/flipped.sparrow" -p "Once upon a time" -n 4 --temp 0
 head -c $((size / 2)) "$WORK/stories-neuron.sparrow" >"$WORK/truncated.sparrow"
 expect_input_error "truncated bundle" "$SPARROW" run -m "$WORK/truncated.sparrow" -p hi
+expect_input_error "a GGUF of q4_0s (a bundle record type)" "$SPARROW" convert -m "$STORIES" -o "$WORK/q4s.gguf" --type q4_0s
+expect_input_error "synth --type q4_0s" "$SPARROW" synth -o "$WORK/q4s.gguf" --dim 64 --ffn 128 --layers 1 --heads 2 --vocab 100 --type q4_0s
 expect_input_error "convert over an existing file" "$SPARROW" convert -m "$STORIES" -o "$WORK/stories-neuron.sparrow"
 
 # 9. Chat: the reply to a ChatML-formatted message is what `run` generates
