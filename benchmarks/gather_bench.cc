@@ -330,7 +330,7 @@ int Main(int argc, char** argv) {
                            "DotRows/AxpyRows row bandwidth over a neuron-layout cache, "
                            "and as a percentage of a stream-read probe.");
   options.add_options()
-      ("types", "Record types", cxxopts::value<std::string>()->default_value("q8_0,q4_0,f16,f32"))
+      ("types", "Record types", cxxopts::value<std::string>()->default_value("q8_0,q4_0s,q4_0,f16,f32"))
       ("shapes", "Shapes D_MODELxCOUNT",
        cxxopts::value<std::string>()->default_value("2048x5632,4096x11008"))
       ("threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))

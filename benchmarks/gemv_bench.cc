@@ -248,7 +248,7 @@ int Main(int argc, char** argv) {
                            "percentage of a stream-read probe.");
   options.add_options()
       ("types", "Weight types", cxxopts::value<std::string>()->default_value(
-          "f32,f16,bf16,q8_0,q8_0x8,q4_0,q4_0x8,q4_K,q4_Kx8,q6_K"))
+          "f32,f16,bf16,q8_0,q8_0x8,q4_0,q4_0x8,q4_0s,q4_K,q4_Kx8,q6_K"))
       ("shapes", "Shapes COLSxROWS (ggml order)", cxxopts::value<std::string>()->default_value(
           "4096x4096,4096x11008,11008x4096,2048x5632"))
       ("threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))
