@@ -246,14 +246,7 @@ HWY_INLINE void ScaledHalfScales(DF df, const uint8_t* HWY_RESTRICT blocks,
                                  size_t block_bytes, size_t count, float coeff,
                                  float* HWY_RESTRICT out) {
   if (block_bytes == 2) {  // Q4_0S: the scales are one f16 array
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    HWY_ALIGN hwy::float16_t h[kMaxFloatLanes] = {};
-    const hwy::float16_t* from = reinterpret_cast<const hwy::float16_t*>(blocks);
-    if (count < hn::Lanes(df)) {  // never read past the last scale
-      std::memcpy(h, blocks, count * 2);
-      from = h;
-    }
-    hn::StoreU(hn::Mul(PromoteHalf(df, hn::LoadU(dh, from)), hn::Set(df, coeff)), df, out);
+    hn::StoreU(hn::Mul(LoadHalves(df, blocks, count), hn::Set(df, coeff)), df, out);
     return;
   }
 #ifdef SPARROW_PERMUTED_SCALES
@@ -431,7 +424,7 @@ HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
   const hn::Rebind<uint32_t, decltype(df)> du32;
   const hn::Rebind<uint8_t, decltype(df)> du8;
   const size_t N = hn::Lanes(df);
-  const Q4_0Layout layout = kSplit ? Q4_0Layout::Split(nblocks) : Q4_0Layout::Interleaved();
+  const Q4_0Layout layout = Q4_0Layout::For(kSplit, nblocks);
   const uint8_t* const r0 = rows[0];
   const uint8_t* const r1 = rows[1 % kRows];
   const uint8_t* const r2 = rows[2 % kRows];
@@ -625,8 +618,7 @@ HWY_INLINE void ConvertSpan(TensorType type, const uint8_t* row, size_t cols, si
       const hn::Rebind<uint32_t, decltype(df)> du32;
       const hn::Rebind<uint8_t, decltype(df)> du8;
       const size_t N = hn::Lanes(df);
-      const Q4_0Layout layout = type == TensorType::kQ4_0S ? Q4_0Layout::Split(cols / 32)
-                                                           : Q4_0Layout::Interleaved();
+      const Q4_0Layout layout = Q4_0Layout::For(type == TensorType::kQ4_0S, cols / 32);
       const size_t b0 = c0 / 32;  // the span's first block
       const size_t nb = len / 32;
       for (size_t b = 0; b < nb; b += G) {
@@ -803,8 +795,8 @@ HWY_INLINE void AxpyRowsImpl(TensorType type, const uint8_t* const* rows, size_t
                              size_t cols, const float* a, size_t a_stride, size_t n,
                              float* y, size_t y_stride) {
   if (n > 1) {
-    const bool quantized = type == TensorType::kQ8_0 || type == TensorType::kQ4_0 ||
-                           type == TensorType::kQ4_0S;
+    // Every gather type with blocks is quantized (Q8_0, Q4_0, Q4_0S).
+    const bool quantized = GetTensorTypeInfo(type).block_elems > 1;
     if (quantized) {
       return AxpyBatch<true>(type, rows, count, cols, a, a_stride, n, y, y_stride);
     }

@@ -527,20 +527,24 @@ HWY_INLINE void PermutedGroupScales(DF dfull, const uint8_t* const* rows, size_t
 // GroupScales for Q4_0S rows, whose scales are one f16 array at the row's
 // start: one load per row (the same values and operations, so the same
 // results as the other forms).
+// `count` (1..Lanes(df)) consecutive f16 values at `p` as floats, lanes
+// past `count` zero; nothing past them is read.
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadHalves(DF df, const uint8_t* HWY_RESTRICT p, size_t count) {
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  if (count == hn::Lanes(df)) {
+    return PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p)));
+  }
+  HWY_ALIGN hwy::float16_t h[kMaxFloatLanes] = {};
+  std::memcpy(h, p, count * 2);
+  return PromoteHalf(df, hn::Load(df16, h));
+}
+
 template <class DF>
 HWY_INLINE void SplitRowScales(DF df, const uint8_t* HWY_RESTRICT row, size_t count,
                                const float* HWY_RESTRICT sx, const float* HWY_RESTRICT sums,
                                float* HWY_RESTRICT out, hn::Vec<DF>& offset) {
-  const hn::Rebind<hwy::float16_t, DF> df16;
-  hn::Vec<DF> dw;
-  if (count == hn::Lanes(df)) {
-    dw = PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(row)));
-  } else {  // the row's last scales: never read past them
-    HWY_ALIGN hwy::float16_t h[kMaxFloatLanes] = {};
-    std::memcpy(h, row, count * 2);
-    dw = PromoteHalf(df, hn::Load(df16, h));
-  }
-  ApplyInputScales(df, dw, count, sx, sums, out, offset);
+  ApplyInputScales(df, LoadHalves(df, row, count), count, sx, sums, out, offset);
 }
 template <size_t kRows, class DF>
 HWY_INLINE void SplitGroupScales(DF dfull, const uint8_t* const* rows, size_t nblocks,
@@ -668,7 +672,7 @@ HWY_INLINE void Q4_0RowsForm(const uint8_t* const* HWY_RESTRICT rows, size_t nbl
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
   // Where block b's nibbles start, and the next block's after them.
-  const Q4_0Layout layout = kSplit ? Q4_0Layout::Split(nblocks) : Q4_0Layout::Interleaved();
+  const Q4_0Layout layout = Q4_0Layout::For(kSplit, nblocks);
   const size_t next = layout.nibble_stride;
   auto f0 = hn::Zero(t.df), f1 = hn::Zero(t.df), f2 = hn::Zero(t.df), f3 = hn::Zero(t.df);
   auto o0 = hn::Zero(dfull), o1 = hn::Zero(dfull), o2 = hn::Zero(dfull), o3 = hn::Zero(dfull);

@@ -76,6 +76,9 @@ struct Q4_0Layout {
 
   static constexpr Q4_0Layout Interleaved() { return {18, 2, 18, false}; }
   static constexpr Q4_0Layout Split(size_t nblocks) { return {2, 2 * nblocks, 16, true}; }
+  static constexpr Q4_0Layout For(bool split, size_t nblocks) {
+    return split ? Split(nblocks) : Interleaved();
+  }
   const uint8_t* Scale(const uint8_t* row, size_t b) const { return row + b * scale_stride; }
   uint8_t* Scale(uint8_t* row, size_t b) const { return row + b * scale_stride; }
   const uint8_t* Nibbles(const uint8_t* row, size_t b) const {
