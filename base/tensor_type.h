@@ -46,7 +46,7 @@ enum class TensorType : uint32_t {
   kMXFP4 = 39,
   // Sparrow's own types, from 1024 on: never in a GGUF file.
   // Q4_0 with a row's f16 block scales stored together before its nibbles
-  // (simd/quant_blocks.h: Q4_0SplitRow); a bundle record type.
+  // (simd/quant_blocks.h: Q4_0Layout); a bundle record type.
   kQ4_0S = 1024,
 };
 
