@@ -524,9 +524,6 @@ HWY_INLINE void PermutedGroupScales(DF dfull, const uint8_t* const* rows, size_t
   GroupScales<kRows>(dfull, rows, kBB, nblocks, g0, sx, sums, out, o0, o1, o2, o3);
 }
 
-// GroupScales for Q4_0S rows, whose scales are one f16 array at the row's
-// start: one load per row (the same values and operations, so the same
-// results as the other forms).
 // `count` (1..Lanes(df)) consecutive f16 values at `p` as floats, lanes
 // past `count` zero; nothing past them is read.
 template <class DF>
@@ -540,6 +537,9 @@ HWY_INLINE hn::Vec<DF> LoadHalves(DF df, const uint8_t* HWY_RESTRICT p, size_t c
   return PromoteHalf(df, hn::Load(df16, h));
 }
 
+// GroupScales for Q4_0S rows, whose scales are one f16 array at the row's
+// start: one load per row (the same values and operations, so the same
+// results as the other forms).
 template <class DF>
 HWY_INLINE void SplitRowScales(DF df, const uint8_t* HWY_RESTRICT row, size_t count,
                                const float* HWY_RESTRICT sx, const float* HWY_RESTRICT sums,

@@ -72,10 +72,9 @@ struct Q4_0Layout {
   size_t scale_stride;   // bytes from one block's scale to the next's
   size_t nibbles_at;     // offset of block 0's nibbles
   size_t nibble_stride;  // bytes from one block's nibbles to the next's
-  bool split;            // Q4_0S
 
-  static constexpr Q4_0Layout Interleaved() { return {18, 2, 18, false}; }
-  static constexpr Q4_0Layout Split(size_t nblocks) { return {2, 2 * nblocks, 16, true}; }
+  static constexpr Q4_0Layout Interleaved() { return {18, 2, 18}; }
+  static constexpr Q4_0Layout Split(size_t nblocks) { return {2, 2 * nblocks, 16}; }
   static constexpr Q4_0Layout For(bool split, size_t nblocks) {
     return split ? Split(nblocks) : Interleaved();
   }
