@@ -13,6 +13,9 @@ fail() { echo "FAIL: $1"; failures=$((failures + 1)); }
 # llama.cpp's; the release stage checks llama.cpp's.
 E2E_TEXT_BYTES=${SPARROW_E2E_TEXT_BYTES:-100000}
 full_text() { [ "$E2E_TEXT_BYTES" -ge 100000 ]; }
+# Chunks for a run whose check holds at any length: $1 on the full text,
+# $2 (fewer) in the sanitizer stage, where each chunk costs several times more.
+chunks_for_stage() { if full_text; then echo "$1"; else echo "$2"; fi; }
 # Writes the text perplexities are measured on to $1.
 e2e_text() { head -c "$E2E_TEXT_BYTES" "$SHARED/corpora/tinystories_val_excerpt.txt" >"$1"; }
 

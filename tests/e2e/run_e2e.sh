@@ -81,6 +81,7 @@ fi
 # 4. Every weight type round-trips through synth, and the fast kernels agree
 #    with the scalar reference within 1e-3 relative in perplexity.
 head -c 20000 "$SHARED/corpora/tinystories_val_excerpt.txt" >"$WORK/synth_text.txt"
+synth_chunks=$(chunks_for_stage 4 2)
 for type in f32 f16 bf16 q8_0 q4_0 q4_K q6_K; do
   model=$WORK/synth-$type.gguf
   if ! "$SPARROW" synth -o "$model" --dim 256 --ffn 512 --layers 2 --heads 4 --kv-heads 2 --vocab 1000 \
@@ -90,8 +91,8 @@ for type in f32 f16 bf16 q8_0 q4_0 q4_K q6_K; do
   if ! "$SPARROW" info -m "$model" | grep -Eq "^  $type +[0-9]+ tensors"; then
     fail "info does not list $type tensors in the synth model"
   fi
-  fast=$("$SPARROW" perplexity -m "$model" -f "$WORK/synth_text.txt" -c 128 --chunks 4 --kernels fast 2>/dev/null | tail -n 1 | awk '{print $3}')
-  ref=$("$SPARROW" perplexity -m "$model" -f "$WORK/synth_text.txt" -c 128 --chunks 4 --kernels reference 2>/dev/null | tail -n 1 | awk '{print $3}')
+  fast=$("$SPARROW" perplexity -m "$model" -f "$WORK/synth_text.txt" -c 128 --chunks "$synth_chunks" --kernels fast 2>/dev/null | tail -n 1 | awk '{print $3}')
+  ref=$("$SPARROW" perplexity -m "$model" -f "$WORK/synth_text.txt" -c 128 --chunks "$synth_chunks" --kernels reference 2>/dev/null | tail -n 1 | awk '{print $3}')
   if [ -n "$fast" ] && [ -n "$ref" ] && within_rel "$fast" "$ref" 0.001; then
     pass "synth $type: perplexity fast $fast vs reference $ref within 1e-3"
   else

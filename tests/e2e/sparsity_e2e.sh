@@ -38,11 +38,12 @@ got=$("$SPARROW" perplexity -m "$WORK/s-split.sparrow" -f "$WORK/ppl.txt" -c 256
 #    reference kernels and an f32 KV cache, to every printed digit. (With the
 #    default f16 cache a last-bit difference can round a K/V value the other
 #    way, and a model pruned to half moves by ~0.03% from it.)
+batch_chunks=$(chunks_for_stage 6 3)
 for policy in dip glu up gate; do
   density=0.5; [ $policy = glu ] && density=0.8
-  one=$("$SPARROW" perplexity -m "$(bundle_for $policy)" -f "$WORK/ppl.txt" -c 256 --chunks 6 -b 1 \
+  one=$("$SPARROW" perplexity -m "$(bundle_for $policy)" -f "$WORK/ppl.txt" -c 256 --chunks "$batch_chunks" -b 1 \
         --kernels reference -ctk f32 -ctv f32 --sparsity $policy --mlp-density $density 2>/dev/null | ppl_of)
-  many=$("$SPARROW" perplexity -m "$(bundle_for $policy)" -f "$WORK/ppl.txt" -c 256 --chunks 6 -b 64 \
+  many=$("$SPARROW" perplexity -m "$(bundle_for $policy)" -f "$WORK/ppl.txt" -c 256 --chunks "$batch_chunks" -b 64 \
          --kernels reference -ctk f32 -ctv f32 --sparsity $policy --mlp-density $density 2>/dev/null | ppl_of)
   if [ -n "$one" ] && [ "$one" = "$many" ] && [ "$one" != "$dense" ]; then
     pass "$policy at $density: batches of 64 and single tokens both give $one"
