@@ -529,14 +529,15 @@ HWY_INLINE void NextAxpyGroup(const uint8_t* const* rows, const float* a, size_t
 
 // Not inlined: inside the one function each target's AxpyRows becomes, the
 // compiler kept the four row pointers on the stack and reloaded them for
-// every block (six loads per block of the Q4_0S loop; one here). Measured
-// on a 2 vCPU Cascade Lake VM, one thread, twelve alternated runs of
-// `gather_bench --types q4_0s,q8_0 --shapes 2048x512 --parts 1
-// --kernels axpy --rotate-mib 0 --clock cpu` (rows in L2), median of the
-// best figures: Q4_0S 5.78 -> 6.33 GB/s, Q8_0 6.75 -> 7.51.
+// every block (six stack loads per block of the Q4_0S loop; two here, one
+// of them the loop bound). Measured on a 2 vCPU Cascade Lake VM, one
+// thread, twelve alternated runs of `gather_bench --types q4_0s,q8_0
+// --shapes 2048x512 --parts 1 --kernels axpy --rotate-mib 0 --clock cpu`
+// (rows in L2), median of the best figures: Q4_0S 5.78 -> 6.33 GB/s,
+// Q8_0 6.75 -> 7.51.
 template <class K, size_t kRows>
 HWY_NOINLINE void RunAxpyGroup(const AxpyGroup& g, const AxpyGroup& next, size_t cols,
-                             size_t row_bytes, PrefetchFrom prefetched, float* y) {
+                               size_t row_bytes, PrefetchFrom prefetched, float* y) {
   Prefetcher<kRows> pf(g.rows, NextRows{next.rows, next.m}, row_bytes, prefetched);
   K::template Run<kRows>(g.rows, g.coeff, cols, y, pf);
 }
