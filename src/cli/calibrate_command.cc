@@ -87,25 +87,28 @@ class Evaluator {
         policy.UnitsPerToken(bundle::RecordKind::kDipInput, d_model_),
         policy.UnitsPerToken(bundle::RecordKind::kDipOutput, d_ff_)};
     ++done_;
-    std::fprintf(stderr, "calibrate [%zu/%zu] density %g input %.4g: ", done_, planned_, density,
-                 f_in);
     const auto key = std::make_pair(density, units);
     if (const auto seen = measured_.find(key); seen != measured_.end()) {
+      PrintProgress(density, f_in);
       std::fprintf(stderr, "ppl %.4f (the same units per token as input %.4g)\n",
                    seen->second.second, seen->second.first);
       return seen->second.second;
     }
-    std::fflush(stderr);
     EngineOptions engine = base_;
     engine.sparsity = sparsity;
     const LoadedModel loaded = OpenModel(model_path_, engine);
     const Model& model = *loaded.model;
     if (tokens_.empty()) {
       tokens_ = model.tokenizer().Encode(text_, model.tokenizer().add_bos());
+      // Checked before the progress line starts, so the error is a line of
+      // its own (ComputePerplexity would say the same, after the prefix).
       if (tokens_.size() < ctx_) {
-        ThrowInputError("the text has ", tokens_.size(), " tokens, fewer than one chunk of ", ctx_);
+        ThrowInputError("the text has ", tokens_.size(), " tokens; calibrate needs at least ",
+                        ctx_, " (one chunk of -c tokens)");
       }
     }
+    PrintProgress(density, f_in);
+    std::fflush(stderr);
     const PerplexityResult r = ComputePerplexity(loaded, tokens_, ctx_, max_chunks_);
     chunks_ = r.chunks;
     std::fprintf(stderr, "ppl %.4f\n", r.ppl);
@@ -117,6 +120,12 @@ class Evaluator {
   size_t chunks() const { return chunks_; }
 
  private:
+  // The start of a measurement's progress line; its figure ends it.
+  void PrintProgress(double density, double f_in) const {
+    std::fprintf(stderr, "calibrate [%zu/%zu] density %g input %.4g: ", done_, planned_, density,
+                 f_in);
+  }
+
   std::string model_path_;
   EngineOptions base_;
   uint32_t d_model_, d_ff_;

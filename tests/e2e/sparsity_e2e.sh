@@ -183,6 +183,10 @@ expect_input_error "info with a damaged calibration" "$SPARROW" info -m "$WORK/c
 expect_input_error "calibrate on a split bundle" "$SPARROW" calibrate -m "$WORK/s-split.sparrow" \
   "${cal_args[@]}" --mlp-density 0.5
 expect_input_error "calibrate at density 1" "$SPARROW" calibrate -m "$WORK/cal.sparrow" "${cal_args[@]}" --mlp-density 1
+# Refused before its first progress line, so the error is a line of its own.
+expect_input_error "calibrate on a text shorter than one chunk" "$SPARROW" calibrate \
+  -m "$WORK/cal.sparrow" -f /dev/null -c 64 --mlp-density 0.5
+grep -q '^error: ' "$WORK/bad.err" || fail "calibrate's short-text error is not a line of its own: $(cat "$WORK/bad.err")"
 expect_input_error "an infeasible --input-fraction" "$SPARROW" run -m "$WORK/cal.sparrow" -p hi \
   --sparsity dip --mlp-density 0.3 --input-fraction 0.9
 expect_input_error "--input-fraction without dip" "$SPARROW" run -m "$WORK/cal.sparrow" -p hi \
