@@ -102,6 +102,15 @@ TEST_CASE("openai api: bad requests name what is wrong") {
       {"{" + m + R"(, "stop": [1]})", "'stop' must be a string or a list of up to 4 strings"},
       {"{" + m + R"(, "stop": ["a","b","c","d","e"]})", "up to 4 strings"},
       {"{" + m + R"(, "stream_options": 1})", "'stream_options' must be an object"},
+      // What the server does not do is refused, not silently left out.
+      {"{" + m + R"(, "logprobs": true})", "'logprobs' is not supported"},
+      {"{" + m + R"(, "top_logprobs": 3})", "'top_logprobs' is not supported"},
+      {"{" + m + R"(, "logit_bias": {"42": 5}})", "'logit_bias' is not supported"},
+      {"{" + m + R"(, "presence_penalty": 0.5})", "'presence_penalty' is not supported"},
+      {"{" + m + R"(, "frequency_penalty": -1})", "'frequency_penalty' is not supported"},
+      {"{" + m + R"(, "tools": [{"type": "function"}]})", "'tools' is not supported"},
+      {"{" + m + R"(, "tool_choice": "required"})", "'tool_choice' is not supported"},
+      {"{" + m + R"(, "response_format": {"type": "json_object"}})", "'response_format' is not supported"},
   };
   for (const auto& [body, want] : chat_cases) {
     const auto& body_ = body;  // clang 14 cannot capture a structured binding
@@ -111,6 +120,26 @@ TEST_CASE("openai api: bad requests name what is wrong") {
   CHECK(ErrorOf("{}", false).find("'prompt' is required") != std::string::npos);
   CHECK(ErrorOf(R"({"prompt": ["a", "b"]})", false).find("one prompt per request") != std::string::npos);
   CHECK(ErrorOf(R"({"prompt": 1})", false).find("'prompt' must be a string") != std::string::npos);
+  for (const char* field : {R"("logprobs": 0)", R"("echo": true)", R"("best_of": 2)",
+                            R"("suffix": "x")", R"("logit_bias": {"1": -100})"}) {
+    CAPTURE(field);
+    const std::string body = std::string(R"({"prompt": "x", )") + field + "}";
+    CHECK(ErrorOf(body, false).find("is not supported") != std::string::npos);
+  }
+}
+
+TEST_CASE("openai api: the default values of unsupported fields are accepted") {
+  // Clients often send these spelled out; they ask for nothing more.
+  const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false,
+      "top_logprobs": 0, "logit_bias": {}, "presence_penalty": 0, "frequency_penalty": 0.0,
+      "tools": [], "tool_choice": "none", "function_call": "auto", "functions": null,
+      "response_format": {"type": "text"}})";
+  CHECK_NOTHROW(ParseCompletionRequest(chat, true, Defaults(), 1));
+  const std::string completion = R"({"prompt": "x", "logprobs": null, "echo": false,
+      "best_of": 1, "suffix": "", "logit_bias": {}, "presence_penalty": 0})";
+  CHECK_NOTHROW(ParseCompletionRequest(completion, false, Defaults(), 1));
+  // Fields that only the other endpoint checks are ignored here, as before.
+  CHECK_NOTHROW(ParseCompletionRequest(R"({"prompt": "x", "tools": [1]})", false, Defaults(), 1));
 }
 
 TEST_CASE("openai api: responses, chunks and errors") {

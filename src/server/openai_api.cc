@@ -104,6 +104,63 @@ std::vector<std::string> Stops(const json& body) {
   return stops;
 }
 
+// Fields that ask for something this server does not do: a reply that
+// silently lacked it would look like an answer to the request and not be
+// one (no log-probabilities where a client scores them, free text where it
+// expects a tool call or JSON, an unbiased sample where it asked for a bias
+// or a penalty). Each is refused with 400 when it asks for more than the
+// default; the default values themselves (false, 0, {}, [], "text", "none",
+// "auto") pass, as clients often send them.
+struct UnsupportedField {
+  const char* name;
+  bool chat;         // checked on /v1/chat/completions
+  bool completions;  // checked on /v1/completions
+  // Whether `value` (present, not null) asks for the feature.
+  bool (*asks)(const json& value);
+};
+
+bool NotFalse(const json& v) { return !(v.is_boolean() && !v.get<bool>()); }
+bool NotZero(const json& v) { return !(v.is_number() && v.get<double>() == 0.0); }
+bool NotEmpty(const json& v) { return !((v.is_object() || v.is_array()) && v.empty()); }
+// Chat's logprobs is a boolean; the completions' is a count of
+// alternatives per token, and any count (0 too) asks for the chosen ones.
+bool AsksLogprobs(const json& v) { return v.is_number() || NotFalse(v); }
+bool NotOne(const json& v) { return !(v.is_number() && v.get<double>() == 1.0); }
+bool NotEmptyString(const json& v) { return !(v.is_string() && v.get<std::string>().empty()); }
+bool NotPlainText(const json& v) {
+  const auto type = v.is_object() ? v.find("type") : v.end();
+  return !(type != v.end() && type->is_string() && type->get<std::string>() == "text");
+}
+bool NotNoTool(const json& v) {
+  return !(v.is_string() && (v.get<std::string>() == "none" || v.get<std::string>() == "auto"));
+}
+
+constexpr UnsupportedField kUnsupportedFields[] = {
+    // Chat: boolean; completions: the number of alternatives per token.
+    {"logprobs", true, true, AsksLogprobs},
+    {"top_logprobs", true, false, NotZero},
+    {"echo", false, true, NotFalse},
+    {"best_of", false, true, NotOne},
+    {"suffix", false, true, NotEmptyString},
+    {"logit_bias", true, true, NotEmpty},
+    {"presence_penalty", true, true, NotZero},
+    {"frequency_penalty", true, true, NotZero},
+    {"tools", true, false, NotEmpty},
+    {"functions", true, false, NotEmpty},
+    {"tool_choice", true, false, NotNoTool},
+    {"function_call", true, false, NotNoTool},
+    {"response_format", true, false, NotPlainText},
+};
+
+void RefuseUnsupported(const json& body, bool chat) {
+  for (const UnsupportedField& f : kUnsupportedFields) {
+    if (!(chat ? f.chat : f.completions)) continue;
+    const auto it = body.find(f.name);
+    if (it == body.end() || it->is_null()) continue;
+    if (f.asks(*it)) Bad(f.name, "is not supported by this server (only its default value is accepted)");
+  }
+}
+
 }  // namespace
 
 CompletionRequest ParseCompletionRequest(std::string_view body_text, bool chat,
@@ -113,6 +170,7 @@ CompletionRequest ParseCompletionRequest(std::string_view body_text, bool chat,
   if (!body.is_object()) ThrowInputError("the request body must be a JSON object");
   CompletionRequest r;
   r.chat = chat;
+  RefuseUnsupported(body, chat);
   if (chat) {
     r.messages = Messages(body);
   } else {

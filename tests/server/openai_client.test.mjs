@@ -106,6 +106,11 @@ test("errors arrive as the client's error classes", async () => {
   await assert.rejects(
     client.completions.create({ model, prompt: "a ".repeat(3000), max_tokens: 5 }),
     (e) => e instanceof OpenAI.BadRequestError && /context/.test(e.message));
+  // What the server cannot give is refused, not silently left out of the reply.
+  await assert.rejects(
+    client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }],
+                                     max_tokens: 5, logprobs: true, top_logprobs: 2 }),
+    (e) => e instanceof OpenAI.BadRequestError && /'logprobs' is not supported/.test(e.message));
   const wrongKey = new OpenAI({ baseURL, apiKey: "wrong", maxRetries: 0 });
   await assert.rejects(wrongKey.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
   await assert.rejects(
