@@ -97,7 +97,7 @@ TEST_CASE("openai api: bad requests name what is wrong") {
       {"{" + m + R"(, "max_tokens": 0})", "'max_tokens' is out of range"},
       {"{" + m + R"(, "max_tokens": 1.5})", "'max_tokens' must be an integer"},
       {"{" + m + R"(, "max_tokens": 18446744073709551615})", "'max_tokens' is too large"},
-      {"{" + m + R"(, "n": 2})", "'n' is out of range"},
+      {"{" + m + R"(, "n": 2})", "'n' must be 1"},
       {"{" + m + R"(, "stream": "yes"})", "'stream' must be true or false"},
       {"{" + m + R"(, "stop": [1]})", "'stop' must be a string or a list of up to 4 strings"},
       {"{" + m + R"(, "stop": ["a","b","c","d","e"]})", "up to 4 strings"},

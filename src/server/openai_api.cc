@@ -184,7 +184,10 @@ CompletionRequest ParseCompletionRequest(std::string_view body_text, bool chat,
       Bad("prompt", "must be a string (one prompt per request)");
     }
   }
-  if (Integer(body, "n", 1, 1, 1) != 1) Bad("n", "must be 1");
+  // One reply per request: any other count is refused by name.
+  const int64_t n = Integer(body, "n", 1, std::numeric_limits<int64_t>::min(),
+                            std::numeric_limits<int64_t>::max());
+  if (n != 1) Bad("n", "must be 1 (one reply per request)");
   r.stream = Boolean(body, "stream");
   if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
     if (!so->is_object()) Bad("stream_options", "must be an object");
