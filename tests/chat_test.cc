@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -252,6 +253,85 @@ TEST_CASE("generator: stop strings, cancel, end tokens and the end of the contex
 
   CHECK_THROWS_AS(gen.Generate({}, Greedy(1), nullptr), InputError);
   CHECK_THROWS_AS(gen.Generate(std::vector<int32_t>(65, 1), Greedy(1), nullptr), InputError);
+}
+
+// The text of log-probability entries, joined.
+std::string JoinTokens(const std::vector<TokenLogprob>& entries, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += entries[i].token;
+  return out;
+}
+
+TEST_CASE("generator: log-probabilities of the generated tokens") {
+  Stories s;
+  const auto prompt = s.tok().Encode("Once upon a time", true);
+  const size_t n_vocab = s.model->config().n_vocab;
+
+  // The first token's figures, computed here from the prompt's logits.
+  Session reference_session(*s.model, 64, 64);
+  const float* logits = reference_session.Eval(prompt.data(), prompt.size(), false);
+  double max_logit = logits[0];
+  for (size_t i = 0; i < n_vocab; ++i) max_logit = std::max<double>(max_logit, logits[i]);
+  double sum = 0.0;
+  for (size_t i = 0; i < n_vocab; ++i) sum += std::exp(logits[i] - max_logit);
+  const size_t argmax = std::max_element(logits, logits + n_vocab) - logits;
+  const double first_logprob = logits[argmax] - max_logit - std::log(sum);
+
+  Session session(*s.model, 64, 64);
+  Generator gen(session, s.tok(), n_vocab);
+  GenerationRequest request = Greedy(12);
+  request.top_logprobs = 3;
+  std::string streamed;
+  bool prefix_ok = true;
+  const GenerationResult r = gen.Generate(prompt, request, [&](std::string_view t) {
+    streamed += t;
+    // The entries shown so far: whole tokens of the text shown so far.
+    const auto shown = gen.shown_logprobs();
+    std::string joined;
+    for (const TokenLogprob& e : shown) joined += e.token;
+    prefix_ok = prefix_ok && streamed.compare(0, joined.size(), joined) == 0;
+    return true;
+  });
+  CHECK(prefix_ok);
+  REQUIRE(r.logprobs.size() == r.generated_tokens);
+  CHECK(JoinTokens(r.logprobs, r.logprobs.size()) == r.text);
+  CHECK(r.logprobs[0].token == s.tok().TokenToPiece(static_cast<int32_t>(argmax)));
+  CHECK(std::abs(r.logprobs[0].logprob - first_logprob) < 1e-5);
+  size_t offset = 0;
+  for (const TokenLogprob& e : r.logprobs) {
+    CHECK(e.text_offset == offset);
+    offset += e.token.size();
+    CHECK(e.logprob <= 0.0f);
+    REQUIRE(e.top.size() == 3);
+    // Greedy takes the likeliest token; the list runs from most likely down.
+    CHECK(e.top[0].first == e.token);
+    CHECK(e.top[0].second == e.logprob);
+    CHECK(e.top[1].second <= e.top[0].second);
+    CHECK(e.top[2].second <= e.top[1].second);
+    CHECK(std::exp(e.top[0].second) + std::exp(e.top[1].second) + std::exp(e.top[2].second) <= 1.0001);
+  }
+
+  // A stop string: only the tokens whose text is (at least in part) shown.
+  GenerationRequest stop = request;
+  const std::string full = r.text;
+  stop.stop = {full.substr(full.size() / 2, 3)};
+  const GenerationResult cut = gen.Generate(prompt, stop, nullptr);
+  REQUIRE(cut.finish == FinishReason::kStopString);
+  REQUIRE(!cut.logprobs.empty());
+  const std::string joined = JoinTokens(cut.logprobs, cut.logprobs.size());
+  CHECK(joined.compare(0, cut.text.size(), cut.text) == 0);
+  CHECK(cut.logprobs.back().text_offset < cut.text.size());
+  CHECK(cut.logprobs.size() < r.logprobs.size());
+
+  // Not asked for: none.
+  CHECK(gen.Generate(prompt, Greedy(4), nullptr).logprobs.empty());
+  // No alternatives asked for: the chosen tokens only.
+  GenerationRequest bare = Greedy(4);
+  bare.top_logprobs = 0;
+  const GenerationResult b = gen.Generate(prompt, bare, nullptr);
+  REQUIRE(b.logprobs.size() == 4);
+  CHECK(b.logprobs[0].top.empty());
+  CHECK(std::abs(b.logprobs[0].logprob - r.logprobs[0].logprob) < 1e-5);
 }
 
 TEST_CASE("conversation: turns reuse the cache, old turns make room, long messages fail") {

@@ -103,8 +103,9 @@ TEST_CASE("openai api: bad requests name what is wrong") {
       {"{" + m + R"(, "stop": ["a","b","c","d","e"]})", "up to 4 strings"},
       {"{" + m + R"(, "stream_options": 1})", "'stream_options' must be an object"},
       // What the server does not do is refused, not silently left out.
-      {"{" + m + R"(, "logprobs": true})", "'logprobs' is not supported"},
-      {"{" + m + R"(, "top_logprobs": 3})", "'top_logprobs' is not supported"},
+      {"{" + m + R"(, "top_logprobs": 3})", "'top_logprobs' needs \"logprobs\": true"},
+      {"{" + m + R"(, "logprobs": true, "top_logprobs": 21})", "'top_logprobs' is out of range"},
+      {"{" + m + R"(, "logprobs": 1})", "'logprobs' must be true or false"},
       {"{" + m + R"(, "logit_bias": {"42": 5}})", "'logit_bias' is not supported"},
       {"{" + m + R"(, "presence_penalty": 0.5})", "'presence_penalty' is not supported"},
       {"{" + m + R"(, "frequency_penalty": -1})", "'frequency_penalty' is not supported"},
@@ -120,7 +121,11 @@ TEST_CASE("openai api: bad requests name what is wrong") {
   CHECK(ErrorOf("{}", false).find("'prompt' is required") != std::string::npos);
   CHECK(ErrorOf(R"({"prompt": ["a", "b"]})", false).find("one prompt per request") != std::string::npos);
   CHECK(ErrorOf(R"({"prompt": 1})", false).find("'prompt' must be a string") != std::string::npos);
-  for (const char* field : {R"("logprobs": 0)", R"("echo": true)", R"("best_of": 2)",
+  CHECK(ErrorOf(R"({"prompt": "x", "logprobs": 6})", false).find("'logprobs' is out of range") !=
+        std::string::npos);
+  CHECK(ErrorOf(R"({"prompt": "x", "logprobs": true})", false).find("'logprobs' must be an integer") !=
+        std::string::npos);
+  for (const char* field : {R"("echo": true)", R"("best_of": 2)",
                             R"("suffix": "x")", R"("logit_bias": {"1": -100})"}) {
     CAPTURE(field);
     const std::string body = std::string(R"({"prompt": "x", )") + field + "}";
@@ -178,6 +183,56 @@ TEST_CASE("openai api: responses, chunks and errors") {
   CHECK(DumpJson(json("a\xC3")) == "\"a\xEF\xBF\xBD\"");
   CHECK(NewCompletionId(true).rfind("chatcmpl-", 0) == 0);
   CHECK(NewCompletionId(false) != NewCompletionId(false));
+}
+
+TEST_CASE("openai api: log-probabilities, asked for and given in OpenAI's shapes") {
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+  CHECK(Chat("{" + m + "}").generation.top_logprobs == -1);
+  CHECK(Chat("{" + m + R"(, "logprobs": true})").generation.top_logprobs == 0);
+  CHECK(Chat("{" + m + R"(, "logprobs": true, "top_logprobs": 5})").generation.top_logprobs == 5);
+  CHECK(Chat("{" + m + R"(, "logprobs": false, "top_logprobs": 0})").generation.top_logprobs == -1);
+  CHECK(Plain(R"({"prompt": "x"})").generation.top_logprobs == -1);
+  CHECK(Plain(R"({"prompt": "x", "logprobs": null})").generation.top_logprobs == -1);
+  CHECK(Plain(R"({"prompt": "x", "logprobs": 0})").generation.top_logprobs == 0);
+  CHECK(Plain(R"({"prompt": "x", "logprobs": 2})").generation.top_logprobs == 2);
+
+  CompletionOutcome o;
+  o.text = "Hi\xC3";  // the second token is half a character
+  o.logprobs = {{"Hi", -0.5f, {{"Hi", -0.5f}, {"Ho", -1.5f}}, 0},
+                {"\xC3", -2.0f, {{"x", -1.0f}, {"\xC3", -2.0f}}, 2}};
+  const json chat = CompletionResponse(Chat("{" + m + R"(, "logprobs": true, "top_logprobs": 2})"),
+                                       "id", "m", 5, o)["choices"][0]["logprobs"];
+  REQUIRE(chat["content"].size() == 2);
+  CHECK(chat["refusal"].is_null());
+  CHECK(chat["content"][0]["token"] == "Hi");
+  CHECK(chat["content"][0]["logprob"] == -0.5);
+  CHECK(chat["content"][0]["bytes"] == json::array({72, 105}));
+  CHECK(chat["content"][0]["top_logprobs"][1]["token"] == "Ho");
+  CHECK(chat["content"][0]["top_logprobs"][1]["logprob"] == -1.5);
+  CHECK(chat["content"][1]["bytes"] == json::array({0xC3}));  // the exact bytes
+  CHECK(DumpJson(chat).find("\"\xEF\xBF\xBD\"") != std::string::npos);  // valid JSON
+
+  const json plain =
+      CompletionResponse(Plain(R"({"prompt": "x", "logprobs": 2})"), "id", "m", 5, o)["choices"][0]["logprobs"];
+  CHECK(plain["tokens"] == json::array({"Hi", "\xC3"}));
+  CHECK(plain["token_logprobs"] == json::array({-0.5, -2.0}));
+  CHECK(plain["text_offset"] == json::array({0, 2}));
+  CHECK(plain["top_logprobs"][0]["Ho"] == -1.5);
+  CHECK(plain["top_logprobs"][1].size() == 2);
+  // logprobs 0: the chosen tokens, no alternatives.
+  CHECK(CompletionResponse(Plain(R"({"prompt": "x", "logprobs": 0})"), "id", "m", 5, o)
+            ["choices"][0]["logprobs"]["top_logprobs"].is_null());
+  // Not asked for: null, as before.
+  CHECK(CompletionResponse(Chat("{" + m + "}"), "id", "m", 5, o)["choices"][0]["logprobs"].is_null());
+
+  // A stream chunk carries the entries of the tokens it completes.
+  const CompletionRequest streamed = Chat("{" + m + R"(, "logprobs": true, "stream": true})");
+  const json chunk = StreamChunk(streamed, "id", "m", 5, "Hi", true, nullptr,
+                                 std::span<const TokenLogprob>(o.logprobs).first(1));
+  REQUIRE(chunk["choices"][0]["logprobs"]["content"].size() == 1);
+  CHECK(chunk["choices"][0]["logprobs"]["content"][0]["token"] == "Hi");
+  CHECK(StreamChunk(streamed, "id", "m", 5, "", false, "stop")["choices"][0]["logprobs"]["content"]
+            .empty());
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "src/chat/generator.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 
 #include "base/error.h"
 #include "base/timer.h"
@@ -20,6 +22,31 @@ const char* FinishReasonName(FinishReason reason) {
       return "cancelled";
   }
   return "stop";
+}
+
+TokenLogprob LogprobOf(const float* logits, size_t n_vocab, int32_t token, int top,
+                       const Tokenizer& tokenizer) {
+  const float max_logit = *std::max_element(logits, logits + n_vocab);
+  double sum = 0.0;
+  for (size_t i = 0; i < n_vocab; ++i) sum += std::exp(double{logits[i]} - max_logit);
+  const double log_sum = std::log(sum) + max_logit;
+  const auto logprob = [&](int32_t id) { return static_cast<float>(logits[id] - log_sum); };
+  TokenLogprob out;
+  out.token = tokenizer.TokenToPiece(token);
+  out.logprob = logprob(token);
+  const size_t k = std::min(static_cast<size_t>(std::max(top, 0)), n_vocab);
+  if (k > 0) {
+    std::vector<int32_t> ids(n_vocab);
+    std::iota(ids.begin(), ids.end(), 0);
+    // Ties go to the lower id, so the order does not depend on the sort.
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (size_t i = 0; i < k; ++i) {
+      out.top.emplace_back(tokenizer.TokenToPiece(ids[i]), logprob(ids[i]));
+    }
+  }
+  return out;
 }
 
 Generator::Generator(Session& session, const Tokenizer& tokenizer, size_t n_vocab)
@@ -69,12 +96,28 @@ GenerationResult Generator::Generate(const std::vector<int32_t>& prompt,
 
   Sampler sampler(request.sampling);
   TextStream stream(request.stop);
+  // Log-probabilities: an entry per generated token, placed at the end of
+  // the text so far (the pieces, before TextStream holds anything back);
+  // shown once the stream has shown all of its text.
+  const bool want_logprobs = request.top_logprobs >= 0;
+  logprobs_.clear();
+  shown_logprobs_ = 0;
+  size_t raw_bytes = 0;
+  const auto mark_shown = [&] {
+    const size_t shown = stream.text().size();
+    while (shown_logprobs_ < logprobs_.size() &&
+           logprobs_[shown_logprobs_].text_offset + logprobs_[shown_logprobs_].token.size() <=
+               shown) {
+      ++shown_logprobs_;
+    }
+  };
   const auto is_end = [&](int32_t id) {
     return tokenizer_.IsEndOfGeneration(id) ||
            std::find(request.end_tokens.begin(), request.end_tokens.end(), id) !=
                request.end_tokens.end();
   };
   const auto show = [&](const std::string& text) {
+    if (want_logprobs) mark_shown();
     return text.empty() || !on_text || on_text(text);
   };
   const size_t max_tokens =
@@ -88,7 +131,13 @@ GenerationResult Generator::Generate(const std::vector<int32_t>& prompt,
       break;
     }
     ++result.generated_tokens;
-    if (!show(stream.Add(tokenizer_.TokenToPiece(next)))) {
+    const std::string piece = tokenizer_.TokenToPiece(next);
+    if (want_logprobs) {
+      logprobs_.push_back(LogprobOf(logits, n_vocab_, next, request.top_logprobs, tokenizer_));
+      logprobs_.back().text_offset = raw_bytes;
+    }
+    raw_bytes += piece.size();
+    if (!show(stream.Add(piece))) {
       result.finish = FinishReason::kCancelled;
       break;
     }
@@ -108,6 +157,17 @@ GenerationResult Generator::Generate(const std::vector<int32_t>& prompt,
   }
   result.generation_seconds = NowSeconds() - t1;
   result.text = stream.text();
+  if (want_logprobs) {
+    // The shown text is a prefix of the pieces: a token a stop string cut
+    // keeps its entry if some of its text is shown.
+    mark_shown();
+    while (shown_logprobs_ < logprobs_.size() &&
+           logprobs_[shown_logprobs_].text_offset < result.text.size()) {
+      ++shown_logprobs_;
+    }
+    logprobs_.resize(shown_logprobs_);
+    result.logprobs = logprobs_;
+  }
   return result;
 }
 

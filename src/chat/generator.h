@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -17,8 +19,15 @@
 
 namespace sparrow {
 
+// The most alternatives a generated token's log-probabilities may list
+// (OpenAI's limit for top_logprobs).
+inline constexpr int kMaxTopLogprobs = 20;
+
 struct GenerationRequest {
   SamplerParams sampling;
+  // -1: no log-probabilities; 0..kMaxTopLogprobs: each generated token's,
+  // with that many of the most likely tokens at its position.
+  int top_logprobs = -1;
   int max_tokens = -1;             // -1: until the end of the turn or context
   std::vector<std::string> stop;   // stop strings (not part of the result)
   std::vector<int32_t> end_tokens; // tokens that end the turn besides EOS/EOT
@@ -29,8 +38,22 @@ enum class FinishReason { kEndOfTurn, kStopString, kLength, kContextFull, kCance
 // "cancelled", as OpenAI's API names them.
 const char* FinishReasonName(FinishReason reason);
 
+// A generated token's log-probability under the model: the log-softmax of
+// its logits as the model gives them (before temperature, top-k and top-p,
+// which shape the sampling, not the model), as OpenAI reports them.
+struct TokenLogprob {
+  std::string token;  // its text (bytes; a piece may be part of a character)
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;  // most likely first
+  size_t text_offset = 0;  // where its text starts in the result's text
+};
+
 struct GenerationResult {
   std::string text;
+  // With request.top_logprobs >= 0: one per generated token whose text is
+  // (at least in part) in `text`, in order; tokens cut off by a stop string
+  // are left out, as their text is.
+  std::vector<TokenLogprob> logprobs;
   FinishReason finish = FinishReason::kEndOfTurn;
   size_t prompt_tokens = 0;     // in the prompt
   size_t reused_tokens = 0;     // of those, found in the KV cache
@@ -50,6 +73,13 @@ class Generator {
   GenerationResult Generate(const std::vector<int32_t>& prompt, const GenerationRequest& request,
                             const std::function<bool(std::string_view)>& on_text);
 
+  // During Generate (from on_text): the log-probabilities of the tokens
+  // whose text has been shown so far, whole (a token's entry comes with
+  // the call that completes its text).
+  std::span<const TokenLogprob> shown_logprobs() const {
+    return std::span<const TokenLogprob>(logprobs_).first(shown_logprobs_);
+  }
+
   // Empties the KV cache.
   void Forget();
   size_t n_ctx() const { return session_.n_ctx(); }
@@ -60,6 +90,15 @@ class Generator {
   const Tokenizer& tokenizer_;
   size_t n_vocab_;
   std::vector<int32_t> cached_;  // the tokens at KV positions 0 .. n_past
+  // The current Generate's entries (one per generated token) and how many
+  // of them are shown.
+  std::vector<TokenLogprob> logprobs_;
+  size_t shown_logprobs_ = 0;
 };
+
+// The log-probability of `token` and of the `top` most likely tokens
+// (log-softmax of `logits`), the pieces from `tokenizer`.
+TokenLogprob LogprobOf(const float* logits, size_t n_vocab, int32_t token, int top,
+                       const Tokenizer& tokenizer);
 
 }  // namespace sparrow

@@ -122,9 +122,6 @@ struct UnsupportedField {
 bool NotFalse(const json& v) { return !(v.is_boolean() && !v.get<bool>()); }
 bool NotZero(const json& v) { return !(v.is_number() && v.get<double>() == 0.0); }
 bool NotEmpty(const json& v) { return !((v.is_object() || v.is_array()) && v.empty()); }
-// Chat's logprobs is a boolean; the completions' is a count of
-// alternatives per token, and any count (0 too) asks for the chosen ones.
-bool AsksLogprobs(const json& v) { return v.is_number() || NotFalse(v); }
 bool NotOne(const json& v) { return !(v.is_number() && v.get<double>() == 1.0); }
 bool NotEmptyString(const json& v) { return !(v.is_string() && v.get<std::string>().empty()); }
 bool NotPlainText(const json& v) {
@@ -136,9 +133,6 @@ bool NotNoTool(const json& v) {
 }
 
 constexpr UnsupportedField kUnsupportedFields[] = {
-    // Chat: boolean; completions: the number of alternatives per token.
-    {"logprobs", true, true, AsksLogprobs},
-    {"top_logprobs", true, false, NotZero},
     {"echo", false, true, NotFalse},
     {"best_of", false, true, NotOne},
     {"suffix", false, true, NotEmptyString},
@@ -194,6 +188,19 @@ CompletionRequest ParseCompletionRequest(std::string_view body_text, bool chat,
     r.include_usage = Boolean(*so, "include_usage");
   }
   GenerationRequest& g = r.generation;
+  // Log-probabilities. Chat: "logprobs": true, with "top_logprobs"
+  // alternatives (0-20); completions: "logprobs": the number of
+  // alternatives (0-5, OpenAI's legacy limit), null for none.
+  if (chat) {
+    const int64_t top = Integer(body, "top_logprobs", 0, 0, kMaxTopLogprobs);
+    if (Boolean(body, "logprobs")) {
+      g.top_logprobs = static_cast<int>(top);
+    } else if (top > 0) {
+      Bad("top_logprobs", "needs \"logprobs\": true");
+    }
+  } else {
+    g.top_logprobs = static_cast<int>(Integer(body, "logprobs", -1, 0, 5));
+  }
   g.sampling = defaults.sampling;
   g.sampling.temperature =
       static_cast<float>(Number(body, "temperature", defaults.sampling.temperature, 0.0, 2.0));
@@ -237,6 +244,56 @@ json Timings(const CompletionOutcome& o) {
            o.generation_ms > 0 ? o.completion_tokens * 1000.0 / o.generation_ms : 0.0}};
 }
 
+namespace {
+
+json Bytes(const std::string& text) {
+  json out = json::array();
+  for (const char c : text) out.push_back(static_cast<unsigned char>(c));
+  return out;
+}
+
+// The "logprobs" of a choice: chat's {"content": [...]} or the completions'
+// legacy {"tokens", "token_logprobs", "top_logprobs", "text_offset"}; null
+// when the request did not ask.
+json LogprobsJson(const CompletionRequest& request, std::span<const TokenLogprob> entries) {
+  if (request.generation.top_logprobs < 0) return nullptr;
+  if (request.chat) {
+    json content = json::array();
+    for (const TokenLogprob& e : entries) {
+      json top = json::array();
+      for (const auto& [token, logprob] : e.top) {
+        top.push_back({{"token", token}, {"logprob", logprob}, {"bytes", Bytes(token)}});
+      }
+      content.push_back({{"token", e.token},
+                         {"logprob", e.logprob},
+                         {"bytes", Bytes(e.token)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), offsets = json::array();
+  json tops = request.generation.top_logprobs > 0 ? json::array() : json(nullptr);
+  for (const TokenLogprob& e : entries) {
+    tokens.push_back(e.token);
+    token_logprobs.push_back(e.logprob);
+    offsets.push_back(e.text_offset);
+    if (tops.is_null()) continue;
+    // An object keyed by text: of two tokens with the same text, the
+    // likelier (listed first) stays.
+    json top = json::object();
+    for (const auto& [token, logprob] : e.top) {
+      if (!top.contains(token)) top[token] = logprob;
+    }
+    tops.push_back(top);
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
+}  // namespace
+
 json CompletionResponse(const CompletionRequest& request, const std::string& id,
                         const std::string& model, int64_t created, const CompletionOutcome& o) {
   json choice = {{"index", 0}, {"finish_reason", o.finish_reason}};
@@ -244,8 +301,8 @@ json CompletionResponse(const CompletionRequest& request, const std::string& id,
     choice["message"] = {{"role", "assistant"}, {"content", o.text}};
   } else {
     choice["text"] = o.text;
-    choice["logprobs"] = nullptr;
   }
+  choice["logprobs"] = LogprobsJson(request, o.logprobs);
   return {{"id", id},
           {"object", request.chat ? "chat.completion" : "text_completion"},
           {"created", created},
@@ -256,7 +313,8 @@ json CompletionResponse(const CompletionRequest& request, const std::string& id,
 }
 
 json StreamChunk(const CompletionRequest& request, const std::string& id, const std::string& model,
-                 int64_t created, std::string_view text, bool first, const char* finish_reason) {
+                 int64_t created, std::string_view text, bool first, const char* finish_reason,
+                 std::span<const TokenLogprob> logprobs) {
   json choice = {{"index", 0}};
   choice["finish_reason"] = finish_reason == nullptr ? json(nullptr) : json(finish_reason);
   if (request.chat) {
@@ -266,8 +324,8 @@ json StreamChunk(const CompletionRequest& request, const std::string& id, const 
     choice["delta"] = delta;
   } else {
     choice["text"] = std::string(text);
-    choice["logprobs"] = nullptr;
   }
+  choice["logprobs"] = LogprobsJson(request, logprobs);
   return {{"id", id},
           {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
           {"created", created},

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,7 @@ struct CompletionOutcome {
   const char* finish_reason = "stop";
   size_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
   double prompt_ms = 0.0, generation_ms = 0.0;
+  std::vector<TokenLogprob> logprobs;  // when the request asked for them
 };
 
 // "chatcmpl-..." / "cmpl-..." ids: unique per server process.
@@ -53,10 +55,13 @@ std::string NewCompletionId(bool chat);
 nlohmann::json CompletionResponse(const CompletionRequest& request, const std::string& id,
                                   const std::string& model, int64_t created,
                                   const CompletionOutcome& outcome);
-// One stream chunk: text (may be empty) and, in the last, the finish reason.
+// One stream chunk: text (may be empty), the log-probabilities of the
+// tokens it completes (when the request asked for them) and, in the last,
+// the finish reason.
 nlohmann::json StreamChunk(const CompletionRequest& request, const std::string& id,
                            const std::string& model, int64_t created, std::string_view text,
-                           bool first, const char* finish_reason);
+                           bool first, const char* finish_reason,
+                           std::span<const TokenLogprob> logprobs = {});
 // The usage object (and llama.cpp-style timings) of an outcome.
 nlohmann::json Usage(const CompletionOutcome& outcome);
 nlohmann::json Timings(const CompletionOutcome& outcome);

@@ -186,14 +186,18 @@ void Server::Impl::Complete(const httplib::Request& req, httplib::Response& res,
     }
     CompletionOutcome outcome;
     bool first = true;
+    size_t logprobs_sent = 0;  // entries streamed so far
     size_t since_probe = 0;
     bool client_gone = false;
     try {
       const GenerationResult r = generator.Generate(
           *prompt, request->generation, [&](std::string_view text) {
             if (stream) {
-              const bool ok = write(ServerSentEvent(
-                  StreamChunk(*request, id, model_name, created, text, first, nullptr)));
+              const auto shown = generator.shown_logprobs();
+              const bool ok = write(ServerSentEvent(StreamChunk(
+                  *request, id, model_name, created, text, first, nullptr,
+                  shown.subspan(logprobs_sent))));
+              logprobs_sent = shown.size();
               first = false;
               client_gone = !ok;
               return ok;
@@ -212,6 +216,7 @@ void Server::Impl::Complete(const httplib::Request& req, httplib::Response& res,
       outcome.completion_tokens = r.generated_tokens;
       outcome.prompt_ms = r.prompt_seconds * 1e3;
       outcome.generation_ms = r.generation_seconds * 1e3;
+      outcome.logprobs = r.logprobs;
     } catch (const std::exception& e) {
       // The status line is gone already: the error travels in the body.
       failed.fetch_add(1);
@@ -221,7 +226,11 @@ void Server::Impl::Complete(const httplib::Request& req, httplib::Response& res,
       return true;
     }
     if (stream) {
-      json last = StreamChunk(*request, id, model_name, created, "", first, outcome.finish_reason);
+      // With the entries no text chunk carried: tokens whose text was
+      // held back to the end, or that a stop string cut.
+      const std::span<const TokenLogprob> rest(outcome.logprobs);
+      json last = StreamChunk(*request, id, model_name, created, "", first, outcome.finish_reason,
+                              rest.subspan(std::min(logprobs_sent, rest.size())));
       last["timings"] = Timings(outcome);
       if (!write(ServerSentEvent(last))) return gone();
       if (request->include_usage) {
