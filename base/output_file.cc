@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/byte_size.h"
 #include "base/error.h"
 
 namespace sparrow {
@@ -228,12 +229,6 @@ void CheckWritable(const std::string& path, std::string_view what) {
 
 namespace {
 
-std::string Gib(uint64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
-  return text;
-}
-
 }  // namespace
 
 void CheckFreeSpace(const std::string& path, uint64_t bytes) {
@@ -243,9 +238,9 @@ void CheckFreeSpace(const std::string& path, uint64_t bytes) {
   const unsigned __int128 free_bytes =
       static_cast<unsigned __int128>(fs.f_bavail) * static_cast<unsigned __int128>(fs.f_frsize);
   if (bytes > free_bytes) {
-    ThrowInputError("cannot write '", path, "': it needs ", Gib(bytes), " (", bytes,
+    ThrowInputError("cannot write '", path, "': it needs ", FormatByteSize(bytes), " (", bytes,
                     " bytes) but the file system holding '", dir, "' has ",
-                    Gib(static_cast<uint64_t>(free_bytes)), " free");
+                    FormatByteSize(static_cast<uint64_t>(free_bytes)), " free");
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <doctest/doctest.h>
 
+#include "base/byte_size.h"
 #include "base/error.h"
 #include "base/output_file.h"
 #include "tests/error_test_util.h"
@@ -131,6 +132,25 @@ TEST_CASE("CheckWritable: says why an output path cannot be written, before any 
   CHECK(Contains(msg, "Not a directory"));
   CHECK(Contains(ErrorOf([&] { CheckWritable("/dev/null", "-o"); }), "not a regular file"));
   CHECK(dir.Entries() == std::vector<std::string>{"old.json"});  // nothing created
+}
+
+TEST_CASE("CheckFreeSpace: an output larger than the free space is refused in readable units") {
+  TempDir dir;
+  CheckFreeSpace(dir.File("small.bin"), 4096);
+  const std::string msg = ErrorOf([&] { CheckFreeSpace(dir.File("huge.bin"), ~uint64_t{0}); });
+  CHECK(Contains(msg, "huge.bin"));
+  CHECK(Contains(msg, "needs 16.0 EiB (18446744073709551615 bytes)"));
+  CHECK(Contains(msg, " free"));
+  CHECK(dir.Entries().empty());
+}
+
+TEST_CASE("FormatByteSize: binary units, one decimal") {
+  CHECK(FormatByteSize(0) == "0 B");
+  CHECK(FormatByteSize(1023) == "1023 B");
+  CHECK(FormatByteSize(1536) == "1.5 KiB");
+  CHECK(FormatByteSize(679232) == "663.3 KiB");
+  CHECK(FormatByteSize((1ull << 20) - 1) == "1.0 MiB");  // not "1024.0 KiB"
+  CHECK(FormatByteSize(3ull << 30) == "3.0 GiB");
 }
 
 TEST_CASE("WriteFileAtomically: failures name the output and the reason") {

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/byte_size.h"  // FormatByteSize, for the budget's users
+
 namespace sparrow {
 
 class MemoryBudget {
@@ -40,10 +42,6 @@ class MemoryBudget {
   uint64_t used_ = 0;
   std::vector<std::pair<std::string, uint64_t>> items_;
 };
-
-// "512 B", "1.5 KiB", "310.2 MiB", "1.2 GiB": binary units, one decimal
-// (bytes below 1 KiB are exact). Used in messages and the stats summary.
-std::string FormatByteSize(uint64_t bytes);
 
 // Parses a size given by the user for `flag` (used in messages):
 //   plain bytes            "300000000"
