@@ -65,6 +65,7 @@ void BlockDecoder::Run(const std::vector<BlockRequest>& requests,
         slot.result.request = r;
         slot.result.start_seconds = NowSeconds() - t0;
         slot.sampler = std::make_unique<Sampler>(requests[r].sampling);
+        slot.sampler->Accept(requests[r].prompt);  // counted by the penalties
         slot.prompt_pending = true;
         session_.Reset(s);
         if (requests[r].n_predict == 0) finish(slots[s], "length");

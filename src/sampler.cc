@@ -3,10 +3,19 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/error.h"
 #include "simd/topk.h"
 #include "simd/vector_ops.h"
 
 namespace sparrow {
+
+void CheckLogitBias(const SamplerParams& params, size_t n_vocab, std::string_view what) {
+  for (const auto& [token, bias] : params.logit_bias) {
+    if (token < 0 || static_cast<size_t>(token) >= n_vocab) {
+      ThrowInputError(what, ": token ", token, " is not in the vocabulary (0..", n_vocab - 1, ")");
+    }
+  }
+}
 
 Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) {}
 
@@ -14,7 +23,49 @@ double Sampler::Uniform() {
   return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
 }
 
+void Sampler::Accept(std::span<const int32_t> tokens) {
+  if (params_.penalty_last_n == 0 || !params_.ShapesLogits()) return;
+  history_.insert(history_.end(), tokens.begin(), tokens.end());
+  // Keep what the window needs, trimming now and then rather than per token.
+  const size_t keep = static_cast<size_t>(params_.penalty_last_n);
+  if (params_.penalty_last_n > 0 && history_.size() > 2 * keep + 64) {
+    history_.erase(history_.begin(), history_.end() - keep);
+  }
+}
+
+const float* Sampler::Shape(const float* logits, size_t n_vocab) {
+  shaped_.assign(logits, logits + n_vocab);
+  for (const auto& [token, bias] : params_.logit_bias) {
+    if (token >= 0 && static_cast<size_t>(token) < n_vocab) shaped_[token] += bias;
+  }
+  if (params_.penalty_last_n == 0 || history_.empty()) return shaped_.data();
+  const size_t n = params_.penalty_last_n < 0
+                       ? history_.size()
+                       : std::min(history_.size(), static_cast<size_t>(params_.penalty_last_n));
+  window_.assign(history_.end() - n, history_.end());
+  std::sort(window_.begin(), window_.end());
+  for (size_t i = 0; i < window_.size();) {
+    const int32_t token = window_[i];
+    size_t count = 0;
+    for (; i < window_.size() && window_[i] == token; ++i) ++count;
+    if (token < 0 || static_cast<size_t>(token) >= n_vocab) continue;
+    float& logit = shaped_[token];
+    if (params_.repeat_penalty != 1.0f) {
+      logit = logit > 0.0f ? logit / params_.repeat_penalty : logit * params_.repeat_penalty;
+    }
+    logit -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
+  }
+  return shaped_.data();
+}
+
 int32_t Sampler::Sample(const float* logits, size_t n_vocab) {
+  if (params_.ShapesLogits()) logits = Shape(logits, n_vocab);
+  const int32_t token = Choose(logits, n_vocab);
+  if (params_.ShapesLogits() && params_.penalty_last_n != 0) Accept(std::span(&token, 1));
+  return token;
+}
+
+int32_t Sampler::Choose(const float* logits, size_t n_vocab) {
   if (params_.temperature <= 0.0f) {
     return static_cast<int32_t>(simd::ArgMax(logits, n_vocab));
   }

@@ -1,5 +1,7 @@
 #include "src/sampler.h"
 
+#include "base/error.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -80,4 +82,103 @@ TEST_CASE("sampling frequencies follow the softmax at the temperature") {
   counts.clear();
   for (int i = 0; i < n; ++i) counts[cold.Sample(logits.data(), logits.size())]++;
   CHECK(std::abs(counts[2] / double(n) - 16.0 / 21) < 0.01);
+}
+
+namespace {
+SamplerParams Greedy() {
+  SamplerParams p;
+  p.temperature = 0.0f;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("logit biases ban or favour tokens before the choice") {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.0f};
+  SamplerParams p = Greedy();
+  p.logit_bias = {{1, -INFINITY}};
+  CHECK(Sampler(p).Sample(logits.data(), logits.size()) == 2);
+  p.logit_bias = {{3, 3.5f}};
+  CHECK(Sampler(p).Sample(logits.data(), logits.size()) == 3);
+  // At a temperature a banned token is never drawn.
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.logit_bias = {{1, -INFINITY}, {2, -INFINITY}};
+  Sampler s(p);
+  for (int i = 0; i < 200; ++i) {
+    const int32_t t = s.Sample(logits.data(), logits.size());
+    CHECK((t == 0 || t == 3));
+  }
+  CHECK_THROWS_AS(sparrow::CheckLogitBias(p, 2, "--logit-bias"), sparrow::InputError);
+  CHECK_NOTHROW(sparrow::CheckLogitBias(p, 3, "--logit-bias"));
+}
+
+TEST_CASE("repeat penalty: positive logits divided, negative multiplied, in the window only") {
+  SamplerParams p = Greedy();
+  p.repeat_penalty = 1.25f;
+  {
+    // 2.0 / 1.25 = 1.6 < 1.9: token 0, seen in the prompt, loses to token 1.
+    const std::vector<float> logits = {2.0f, 1.9f, -5.0f};
+    Sampler s(p);
+    const std::vector<int32_t> prompt = {0};
+    s.Accept(prompt);
+    CHECK(s.Sample(logits.data(), logits.size()) == 1);
+  }
+  {
+    // -1.0 * 1.25 = -1.25 < -1.1: a negative logit is pushed down.
+    const std::vector<float> logits = {-1.0f, -1.1f};
+    Sampler s(p);
+    const std::vector<int32_t> prompt = {0};
+    s.Accept(prompt);
+    CHECK(s.Sample(logits.data(), logits.size()) == 1);
+  }
+  {
+    // Outside the last penalty_last_n tokens, no penalty.
+    p.penalty_last_n = 2;
+    const std::vector<float> logits = {2.0f, 1.9f, -5.0f};
+    Sampler s(p);
+    const std::vector<int32_t> prompt = {0, 2, 2};
+    s.Accept(prompt);
+    CHECK(s.Sample(logits.data(), logits.size()) == 0);
+  }
+}
+
+TEST_CASE("presence and frequency penalties count the tokens of the window") {
+  SamplerParams p = Greedy();
+  p.frequency_penalty = 0.3f;
+  // Token 0 twice (-0.6 -> 1.4), token 1 once (-0.3 -> 1.5): 1 wins over 0
+  // but loses to token 2's 1.55.
+  const std::vector<float> logits = {2.0f, 1.8f, 1.55f};
+  {
+    Sampler s(p);
+    const std::vector<int32_t> prompt = {0, 1, 0};
+    s.Accept(prompt);
+    CHECK(s.Sample(logits.data(), logits.size()) == 2);
+  }
+  p.frequency_penalty = 0.0f;
+  p.presence_penalty = 0.3f;  // once per token: 1.7, 1.5, 1.55
+  {
+    Sampler s(p);
+    const std::vector<int32_t> prompt = {0, 1, 0};
+    s.Accept(prompt);
+    CHECK(s.Sample(logits.data(), logits.size()) == 0);
+  }
+  // Sampled tokens count too: a large presence penalty makes greedy go
+  // through the tokens without repeating one inside the window.
+  p.presence_penalty = 10.0f;
+  p.penalty_last_n = -1;
+  Sampler s(p);
+  std::vector<int32_t> seen;
+  for (int i = 0; i < 3; ++i) seen.push_back(s.Sample(logits.data(), logits.size()));
+  CHECK(seen == std::vector<int32_t>{0, 1, 2});
+}
+
+TEST_CASE("without biases or penalties the logits are used as they are") {
+  SamplerParams p;
+  CHECK_FALSE(p.ShapesLogits());
+  p.penalty_last_n = 0;
+  p.repeat_penalty = 2.0f;  // no window: off
+  CHECK_FALSE(p.ShapesLogits());
+  p.penalty_last_n = 64;
+  CHECK(p.ShapesLogits());
 }

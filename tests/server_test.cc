@@ -16,6 +16,7 @@ RequestDefaults Defaults() {
   RequestDefaults d;
   d.sampling.temperature = 0.8f;
   d.sampling.top_k = 40;
+  d.n_vocab = 512;  // stories260K's, for logit_bias
   d.sampling.top_p = 0.95f;
   return d;
 }
@@ -106,9 +107,13 @@ TEST_CASE("openai api: bad requests name what is wrong") {
       {"{" + m + R"(, "top_logprobs": 3})", "'top_logprobs' needs \"logprobs\": true"},
       {"{" + m + R"(, "logprobs": true, "top_logprobs": 21})", "'top_logprobs' is out of range"},
       {"{" + m + R"(, "logprobs": 1})", "'logprobs' must be true or false"},
-      {"{" + m + R"(, "logit_bias": {"42": 5}})", "'logit_bias' is not supported"},
-      {"{" + m + R"(, "presence_penalty": 0.5})", "'presence_penalty' is not supported"},
-      {"{" + m + R"(, "frequency_penalty": -1})", "'frequency_penalty' is not supported"},
+      {"{" + m + R"(, "logit_bias": [1]})", "'logit_bias' must be an object"},
+      {"{" + m + R"(, "logit_bias": {"x1": 5}})", "'logit_bias.x1' must be a token id"},
+      {"{" + m + R"(, "logit_bias": {"1": "5"}})", "'logit_bias.1' must be a number"},
+      {"{" + m + R"(, "logit_bias": {"1": 101}})", "'logit_bias.1' must be between -100 and 100"},
+      {"{" + m + R"(, "logit_bias": {"999": 1}})", "'logit_bias': token 999 is not in the vocabulary (0..511)"},
+      {"{" + m + R"(, "presence_penalty": 3})", "'presence_penalty' must be between -2 and 2"},
+      {"{" + m + R"(, "frequency_penalty": "x"})", "'frequency_penalty' must be a number"},
       {"{" + m + R"(, "tools": [{"type": "function"}]})", "'tools' is not supported"},
       {"{" + m + R"(, "tool_choice": "required"})", "'tool_choice' is not supported"},
       {"{" + m + R"(, "response_format": {"type": "json_object"}})", "'response_format' is not supported"},
@@ -126,7 +131,7 @@ TEST_CASE("openai api: bad requests name what is wrong") {
   CHECK(ErrorOf(R"({"prompt": "x", "logprobs": true})", false).find("'logprobs' must be an integer") !=
         std::string::npos);
   for (const char* field : {R"("echo": true)", R"("best_of": 2)",
-                            R"("suffix": "x")", R"("logit_bias": {"1": -100})"}) {
+                            R"("suffix": "x")"}) {
     CAPTURE(field);
     const std::string body = std::string(R"({"prompt": "x", )") + field + "}";
     CHECK(ErrorOf(body, false).find("is not supported") != std::string::npos);
@@ -183,6 +188,18 @@ TEST_CASE("openai api: responses, chunks and errors") {
   CHECK(DumpJson(json("a\xC3")) == "\"a\xEF\xBF\xBD\"");
   CHECK(NewCompletionId(true).rfind("chatcmpl-", 0) == 0);
   CHECK(NewCompletionId(false) != NewCompletionId(false));
+}
+
+TEST_CASE("openai api: penalties and logit biases reach the sampler") {
+  const CompletionRequest r = Chat(R"({"messages": [{"role": "user", "content": "x"}],
+      "presence_penalty": 0.5, "frequency_penalty": -1, "logit_bias": {"7": -100, "42": 2.5}})");
+  CHECK(r.generation.sampling.presence_penalty == 0.5f);
+  CHECK(r.generation.sampling.frequency_penalty == -1.0f);
+  CHECK(r.generation.sampling.logit_bias ==
+        std::vector<std::pair<int32_t, float>>{{42, 2.5f}, {7, -100.0f}});
+  // Without them, the server's own (its command line's) stay.
+  CHECK(Plain(R"({"prompt": "x"})").generation.sampling.logit_bias.empty());
+  CHECK(Plain(R"({"prompt": "x"})").generation.sampling.presence_penalty == 0.0f);
 }
 
 TEST_CASE("openai api: log-probabilities, asked for and given in OpenAI's shapes") {

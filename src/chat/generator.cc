@@ -95,6 +95,7 @@ GenerationResult Generator::Generate(const std::vector<int32_t>& prompt,
   result.prompt_seconds = NowSeconds() - t0;
 
   Sampler sampler(request.sampling);
+  sampler.Accept(prompt);  // the penalties count the prompt's tokens
   TextStream stream(request.stop);
   // Log-probabilities: an entry per generated token, placed at the end of
   // the text so far (the pieces, before TextStream holds anything back);

@@ -217,7 +217,8 @@ int BatchCommand(int argc, char** argv) {
   const std::string jobs_path = Require(args, "file");
   const int n_predict = args["n-predict"].as<int>();
   if (n_predict < -1) ThrowInputError("-n must be -1 or more");
-  const std::vector<Job> jobs = ReadJobs(jobs_path, n_predict, ParseSamplingOptions(args));
+  const SamplerParams sampling = ParseSamplingOptions(args);
+  const std::vector<Job> jobs = ReadJobs(jobs_path, n_predict, sampling);
   const std::string output = args.count("output") ? args["output"].as<std::string>() : "";
   if (!output.empty()) CheckWritable(output, "-o");
   const bool resume = args.count("resume") > 0;
@@ -259,6 +260,7 @@ int BatchCommand(int argc, char** argv) {
   }
   const LoadedModel loaded = OpenModel(model_path, engine);
   const Model& model = *loaded.model;
+  CheckLogitBias(sampling, model.config().n_vocab, "--logit-bias");
   const Tokenizer& tok = model.tokenizer();
   const size_t n_ctx = loaded.n_ctx;
 

@@ -73,6 +73,7 @@ int ChatCommand(int argc, char** argv) {
   engine.n_ctx = ParseContextSize(args);
   const LoadedModel loaded = OpenModel(model_path, engine);
   const Model& model = *loaded.model;
+  CheckLogitBias(request.sampling, model.config().n_vocab, "--logit-bias");
   std::string note;
   const ChatFormat& format = ChooseChatFormat(args["chat-template"].as<std::string>(),
                                              model.tokenizer().data().chat_template, &note);

@@ -224,8 +224,42 @@ void AddSamplingOptions(cxxopts::Options& options) {
       ("top-k", "Keep the k most likely tokens (0: all)", cxxopts::value<int>()->default_value("40"))
       ("top-p", "Keep the smallest set with this much probability (1: all)",
        cxxopts::value<std::string>()->default_value("0.95"))
-      ("seed", "Random seed (default: from the clock)", cxxopts::value<uint64_t>());
+      ("seed", "Random seed (default: from the clock)", cxxopts::value<uint64_t>())
+      ("repeat-penalty", "Divide the positive logits (multiply the negative) of tokens among "
+       "the last --repeat-last-n by this (1: off)", cxxopts::value<std::string>()->default_value("1"))
+      ("repeat-last-n", "Context tokens the penalties look at (0: none, -1: the whole context)",
+       cxxopts::value<int>()->default_value("64"))
+      ("presence-penalty", "Subtract this from the logit of each token among the last "
+       "--repeat-last-n (0: off)", cxxopts::value<std::string>()->default_value("0"))
+      ("frequency-penalty", "Subtract this per time a token is among the last --repeat-last-n "
+       "(0: off)", cxxopts::value<std::string>()->default_value("0"))
+      ("logit-bias", "TOKEN_ID+BIAS or TOKEN_ID-BIAS added to that token's logit (repeat the "
+       "flag, or separate with commas; -inf bans the token), e.g. --logit-bias 13+2,29871-inf",
+       cxxopts::value<std::vector<std::string>>());
 }
+
+namespace {
+
+// "13+2.5", "13-1", "29871-inf": a token id and the bias added to its logit.
+std::pair<int32_t, float> ParseLogitBias(const std::string& text) {
+  const size_t sign = text.find_first_of("+-", 1);
+  const auto bad = [&] {
+    ThrowInputError("--logit-bias: '", text, "' is not TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 13+2, 29871-inf)");
+  };
+  if (sign == std::string::npos) bad();
+  const std::string id_text = text.substr(0, sign);
+  if (id_text.empty() || id_text.find_first_not_of("0123456789") != std::string::npos ||
+      id_text.size() > 9) {
+    bad();
+  }
+  char* end = nullptr;
+  const std::string bias_text = text.substr(sign);
+  const float bias = std::strtof(bias_text.c_str(), &end);
+  if (end != bias_text.c_str() + bias_text.size() || std::isnan(bias) || bias_text.size() < 2) bad();
+  return {static_cast<int32_t>(std::stol(id_text)), bias};
+}
+
+}  // namespace
 
 SamplerParams ParseSamplingOptions(const cxxopts::ParseResult& args) {
   SamplerParams sp;
@@ -235,6 +269,17 @@ SamplerParams ParseSamplingOptions(const cxxopts::ParseResult& args) {
   if (sp.top_k < 0) ThrowInputError("--top-k must be 0 (off) or more");
   sp.top_p = static_cast<float>(RealOption(args, "top-p"));
   if (!(sp.top_p > 0.0f && sp.top_p <= 1.0f)) ThrowInputError("--top-p must be in (0, 1]");
+  sp.repeat_penalty = static_cast<float>(RealOption(args, "repeat-penalty"));
+  if (!(sp.repeat_penalty > 0.0f)) ThrowInputError("--repeat-penalty must be more than 0");
+  sp.penalty_last_n = args["repeat-last-n"].as<int>();
+  if (sp.penalty_last_n < -1) ThrowInputError("--repeat-last-n must be -1 (all), 0 (off) or more");
+  sp.presence_penalty = static_cast<float>(RealOption(args, "presence-penalty"));
+  sp.frequency_penalty = static_cast<float>(RealOption(args, "frequency-penalty"));
+  if (args.count("logit-bias")) {
+    for (const std::string& item : args["logit-bias"].as<std::vector<std::string>>()) {
+      sp.logit_bias.push_back(ParseLogitBias(item));
+    }
+  }
   sp.seed = args.count("seed") ? args["seed"].as<uint64_t>()
                                : static_cast<uint64_t>(std::random_device{}()) ^
                                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());

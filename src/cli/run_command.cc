@@ -48,6 +48,7 @@ int RunCommand(int argc, char** argv) {
   const Model* model = loaded.model.get();
   const Tokenizer& tok = model->tokenizer();
   const int ctx = static_cast<int>(loaded.n_ctx);
+  CheckLogitBias(sp, model->config().n_vocab, "--logit-bias");
 
   const std::vector<int32_t> prompt_tokens = tok.Encode(prompt, tok.add_bos());
   if (prompt_tokens.empty()) ThrowInputError("the prompt is empty and the model adds no BOS token");
@@ -58,6 +59,7 @@ int RunCommand(int argc, char** argv) {
   const std::unique_ptr<Session> owned_session = loaded.NewSession();
   Session& session = *owned_session;
   Sampler sampler(sp);
+  sampler.Accept(prompt_tokens);  // the penalties count the prompt's tokens
 
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);

@@ -65,6 +65,8 @@ int ServeCommand(int argc, char** argv) {
   engine.n_ctx = ParseContextSize(args);
   const LoadedModel loaded = OpenModel(model_path, engine);
   const Model& model = *loaded.model;
+  CheckLogitBias(so.defaults.sampling, model.config().n_vocab, "--logit-bias");
+  so.defaults.n_vocab = model.config().n_vocab;
   std::string note;
   const ChatFormat& format = ChooseChatFormat(args["chat-template"].as<std::string>(),
                                              model.tokenizer().data().chat_template, &note);

@@ -106,11 +106,10 @@ std::vector<std::string> Stops(const json& body) {
 
 // Fields that ask for something this server does not do: a reply that
 // silently lacked it would look like an answer to the request and not be
-// one (no log-probabilities where a client scores them, free text where it
-// expects a tool call or JSON, an unbiased sample where it asked for a bias
-// or a penalty). Each is refused with 400 when it asks for more than the
-// default; the default values themselves (false, 0, {}, [], "text", "none",
-// "auto") pass, as clients often send them.
+// one (free text where a client expects a tool call or JSON, a completion
+// without the prompt it asked to have echoed). Each is refused with 400 when
+// it asks for more than the default; the default values themselves (false,
+// 1, "", [], "text", "none", "auto") pass, as clients often send them.
 struct UnsupportedField {
   const char* name;
   bool chat;         // checked on /v1/chat/completions
@@ -120,7 +119,6 @@ struct UnsupportedField {
 };
 
 bool NotFalse(const json& v) { return !(v.is_boolean() && !v.get<bool>()); }
-bool NotZero(const json& v) { return !(v.is_number() && v.get<double>() == 0.0); }
 bool NotEmpty(const json& v) { return !((v.is_object() || v.is_array()) && v.empty()); }
 bool NotOne(const json& v) { return !(v.is_number() && v.get<double>() == 1.0); }
 bool NotEmptyString(const json& v) { return !(v.is_string() && v.get<std::string>().empty()); }
@@ -136,9 +134,6 @@ constexpr UnsupportedField kUnsupportedFields[] = {
     {"echo", false, true, NotFalse},
     {"best_of", false, true, NotOne},
     {"suffix", false, true, NotEmptyString},
-    {"logit_bias", true, true, NotEmpty},
-    {"presence_penalty", true, true, NotZero},
-    {"frequency_penalty", true, true, NotZero},
     {"tools", true, false, NotEmpty},
     {"functions", true, false, NotEmpty},
     {"tool_choice", true, false, NotNoTool},
@@ -214,6 +209,28 @@ CompletionRequest ParseCompletionRequest(std::string_view body_text, bool chat,
   const char* tokens_field = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   g.max_tokens = static_cast<int>(Integer(body, tokens_field, fallback, 1, 1 << 30));
   g.stop = Stops(body);
+  // Penalties and biases (OpenAI's ranges); the penalties' window is the
+  // server's --repeat-last-n.
+  g.sampling.presence_penalty = static_cast<float>(
+      Number(body, "presence_penalty", defaults.sampling.presence_penalty, -2.0, 2.0));
+  g.sampling.frequency_penalty = static_cast<float>(
+      Number(body, "frequency_penalty", defaults.sampling.frequency_penalty, -2.0, 2.0));
+  if (const auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) Bad("logit_bias", "must be an object of token ids and biases");
+    g.sampling.logit_bias.clear();  // the request's replace the server's
+    for (const auto& [key, value] : it->items()) {
+      const std::string field = "logit_bias." + key;
+      if (key.empty() || key.size() > 9 || key.find_first_not_of("0123456789") != std::string::npos) {
+        Bad(field, "must be a token id (a whole number)");
+      }
+      if (!value.is_number()) Bad(field, "must be a number");
+      const double bias = value.get<double>();
+      if (!(bias >= -100.0 && bias <= 100.0)) Bad(field, "must be between -100 and 100");
+      g.sampling.logit_bias.emplace_back(static_cast<int32_t>(std::stol(key)),
+                                         static_cast<float>(bias));
+    }
+    if (defaults.n_vocab > 0) CheckLogitBias(g.sampling, defaults.n_vocab, "'logit_bias'");
+  }
   return r;
 }
 

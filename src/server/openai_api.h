@@ -23,6 +23,7 @@ struct RequestDefaults {
   SamplerParams sampling;
   int max_tokens_chat = -1;        // -1: until the end of the turn or context
   int max_tokens_completion = 16;  // OpenAI's default for /v1/completions
+  size_t n_vocab = 0;  // the model's, for logit_bias's token ids (0: not checked)
 };
 
 struct CompletionRequest {

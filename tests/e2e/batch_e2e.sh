@@ -83,6 +83,17 @@ assert all(r["generated_tokens"] == 8 + 3 * i for i, r in enumerate(rows[:6])), 
 assert rows[6]["generated_tokens"] == 0 and rows[6]["text"] == ""
 ' "$WORK/got.jsonl" && pass "stop reasons and token counts" || fail "stop reasons and token counts"
 
+# 1b. Penalties and biases from the command line reach each sequence's
+# sampler, which counts its own prompt's tokens as run's does.
+plain=$(cat "$WORK/want.txt")
+PENALTIES=(--repeat-penalty 1.5 --presence-penalty 0.5 --frequency-penalty 0.2 --logit-bias 13-inf)
+expected "$STORIES" "${PENALTIES[@]}"
+if [ "$(cat "$WORK/want.txt")" = "$plain" ]; then
+  fail "the penalties changed none of run's texts"
+else
+  check_batch "GGUF --block 3 with penalties and a logit bias" "$STORIES" --block 3 "${PENALTIES[@]}"
+fi
+
 # 2. A bundle under a DRAM budget: the block's union of units per pass.
 "$SPARROW" convert -m "$STORIES" -o "$WORK/st.sparrow" 2>/dev/null || fail "convert"
 expected "$WORK/st.sparrow" --dram-budget 40M

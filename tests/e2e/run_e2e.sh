@@ -124,6 +124,9 @@ expect_input_error "synth shape not a block multiple" "$SPARROW" synth -o "$WORK
 expect_input_error "missing perplexity text" "$SPARROW" perplexity -m "$STORIES" -f "$WORK/none.txt"
 expect_input_error "temperature not a number" "$SPARROW" run -m "$STORIES" -p hi --temp 0.x
 expect_input_error "bad thread list" "$SPARROW" bench -m "$STORIES" -t 1,x
+expect_input_error "a logit bias that is not ID+BIAS" "$SPARROW" run -m "$STORIES" -p hi --logit-bias 13x
+expect_input_error "a logit bias outside the vocabulary" "$SPARROW" run -m "$STORIES" -p hi --logit-bias 512+1
+expect_input_error "a repeat penalty of 0" "$SPARROW" chat -m "$STORIES" --repeat-penalty 0
 [ ! -e "$WORK/x.gguf" ] && pass "failed synth left no output file" || fail "failed synth left $WORK/x.gguf"
 if "$SPARROW" synth -o "$model" --dim 256 --ffn 512 --layers 1 --heads 4 --vocab 1000 --type f32 2>/dev/null; then
   fail "synth overwrote an existing file without --force"

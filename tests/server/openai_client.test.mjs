@@ -132,6 +132,20 @@ test("log-probabilities, streamed or not, in both endpoints' shapes", async () =
   assert.equal(plain.choices[0].logprobs ?? null, null);
 });
 
+test("penalties and logit biases shape the reply", async () => {
+  const greedy = { model, prompt, max_tokens: 200, temperature: 0 };
+  const plain = (await client.completions.create(greedy)).choices[0].text;
+  assert.ok(plain.includes("\n"), "the plain greedy text has a line break");
+  // Token 13 is stories260K's byte token for "\n": banned, no line breaks.
+  const banned = (await client.completions.create({ ...greedy, logit_bias: { 13: -100 } })).choices[0].text;
+  assert.ok(!banned.includes("\n"));
+  const penalized = (await client.completions.create({ ...greedy, presence_penalty: 1.5 })).choices[0].text;
+  assert.notEqual(penalized, plain);
+  await assert.rejects(
+    client.completions.create({ ...greedy, logit_bias: { 600: 1 } }),
+    (e) => e instanceof OpenAI.BadRequestError && /not in the vocabulary/.test(e.message));
+});
+
 test("errors arrive as the client's error classes", async () => {
   await assert.rejects(
     client.chat.completions.create({ model, messages: [], max_tokens: 5 }),
