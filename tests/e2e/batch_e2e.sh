@@ -93,6 +93,12 @@ if [ "$(cat "$WORK/want.txt")" = "$plain" ]; then
 else
   check_batch "GGUF --block 3 with penalties and a logit bias" "$STORIES" --block 3 "${PENALTIES[@]}"
 fi
+# The same penalties given per line instead ("n_predict": 0's line too).
+expected "$STORIES" --repeat-penalty 1.5 --presence-penalty 0.5 --frequency-penalty 0.2
+cp "$WORK/p.jsonl" "$WORK/plain.jsonl"
+sed -i 's/}$/, "repeat_penalty": 1.5, "presence_penalty": 0.5, "frequency_penalty": 0.2}/' "$WORK/p.jsonl"
+check_batch "GGUF --block 3, penalties per line" "$STORIES" --block 3
+mv "$WORK/plain.jsonl" "$WORK/p.jsonl"
 
 # 2. A bundle under a DRAM budget: the block's union of units per pass.
 "$SPARROW" convert -m "$STORIES" -o "$WORK/st.sparrow" 2>/dev/null || fail "convert"
