@@ -255,6 +255,14 @@ TEST_CASE("generator: stop strings, cancel, end tokens and the end of the contex
   CHECK_THROWS_AS(gen.Generate(std::vector<int32_t>(65, 1), Greedy(1), nullptr), InputError);
 }
 
+// log softmax(row)[token], computed here in double: the yardstick.
+double ReferenceLogprob(const float* row, size_t n_vocab, int32_t token) {
+  const double max_logit = *std::max_element(row, row + n_vocab);
+  double sum = 0.0;
+  for (size_t v = 0; v < n_vocab; ++v) sum += std::exp(row[v] - max_logit);
+  return row[token] - max_logit - std::log(sum);
+}
+
 // The text of log-probability entries, joined.
 std::string JoinTokens(const std::vector<TokenLogprob>& entries, size_t n) {
   std::string out;
@@ -270,12 +278,8 @@ TEST_CASE("generator: log-probabilities of the generated tokens") {
   // The first token's figures, computed here from the prompt's logits.
   Session reference_session(*s.model, 64, 64);
   const float* logits = reference_session.Eval(prompt.data(), prompt.size(), false);
-  double max_logit = logits[0];
-  for (size_t i = 0; i < n_vocab; ++i) max_logit = std::max<double>(max_logit, logits[i]);
-  double sum = 0.0;
-  for (size_t i = 0; i < n_vocab; ++i) sum += std::exp(logits[i] - max_logit);
   const size_t argmax = std::max_element(logits, logits + n_vocab) - logits;
-  const double first_logprob = logits[argmax] - max_logit - std::log(sum);
+  const double first_logprob = ReferenceLogprob(logits, n_vocab, static_cast<int32_t>(argmax));
 
   Session session(*s.model, 64, 64);
   Generator gen(session, s.tok(), n_vocab);
@@ -332,6 +336,47 @@ TEST_CASE("generator: log-probabilities of the generated tokens") {
   REQUIRE(b.logprobs.size() == 4);
   CHECK(b.logprobs[0].top.empty());
   CHECK(std::abs(b.logprobs[0].logprob - r.logprobs[0].logprob) < 1e-5);
+}
+
+TEST_CASE("generator: log-probabilities of the prompt's tokens") {
+  Stories s;
+  const auto prompt = s.tok().Encode("Once upon a time, there was a dog", true);
+  const size_t n_vocab = s.model->config().n_vocab;
+  // Every position's figures, computed here from one pass over the prompt.
+  Session reference_session(*s.model, 64, 64);
+  const float* all = reference_session.Eval(prompt.data(), prompt.size(), true);
+  std::vector<double> want;
+  for (size_t i = 0; i + 1 < prompt.size(); ++i) {
+    want.push_back(ReferenceLogprob(all + i * n_vocab, n_vocab, prompt[i + 1]));
+  }
+
+  Session session(*s.model, 64, 64);
+  Generator gen(session, s.tok(), n_vocab);
+  const GenerationResult plain = gen.Generate(prompt, Greedy(8), nullptr);
+  GenerationRequest scored = Greedy(8);
+  scored.top_logprobs = 1;
+  scored.prompt_logprobs = true;
+  const GenerationResult r = gen.Generate(prompt, scored, nullptr);
+  CHECK(r.reused_tokens == 0);  // every position evaluated again
+  REQUIRE(r.prompt_logprobs.size() == prompt.size());
+  CHECK(std::isnan(r.prompt_logprobs[0].logprob));
+  CHECK(r.prompt_logprobs[0].top.empty());
+  size_t offset = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const TokenLogprob& e = r.prompt_logprobs[i];
+    CHECK(e.token == s.tok().TokenToPiece(prompt[i]));
+    CHECK(e.text_offset == offset);
+    offset += e.token.size();
+    if (i == 0) continue;
+    CHECK(std::abs(e.logprob - want[i - 1]) < 1e-4);
+    REQUIRE(e.top.size() == 1);
+    CHECK(e.top[0].second >= e.logprob);
+  }
+  // The generated part is as without them.
+  CHECK(r.text == plain.text);
+  CHECK(r.logprobs.size() == r.generated_tokens);
+  // Not asked for: none.
+  CHECK(plain.prompt_logprobs.empty());
 }
 
 TEST_CASE("conversation: turns reuse the cache, old turns make room, long messages fail") {

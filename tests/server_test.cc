@@ -2,6 +2,7 @@
 // accepts, the errors that name the field, and the shapes of responses.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
 
 #include "base/error.h"
@@ -126,11 +127,19 @@ TEST_CASE("openai api: bad requests name what is wrong") {
   CHECK(ErrorOf("{}", false).find("'prompt' is required") != std::string::npos);
   CHECK(ErrorOf(R"({"prompt": ["a", "b"]})", false).find("one prompt per request") != std::string::npos);
   CHECK(ErrorOf(R"({"prompt": 1})", false).find("'prompt' must be a string") != std::string::npos);
+  CHECK(ErrorOf(R"({"prompt": []})", false).find("'prompt' must be a string or a list of token ids") !=
+        std::string::npos);
+  CHECK(ErrorOf(R"({"prompt": [1, "a"]})", false).find("'prompt' must be") != std::string::npos);
+  CHECK(ErrorOf(R"({"prompt": [1, 512]})", false).find("token 512, which is not in the vocabulary") !=
+        std::string::npos);
+  CHECK(ErrorOf(R"({"prompt": [-1]})", false).find("token -1") != std::string::npos);
+  CHECK(ErrorOf(R"({"prompt": "x", "max_tokens": 0})", false).find("'max_tokens' is out of range") !=
+        std::string::npos);
   CHECK(ErrorOf(R"({"prompt": "x", "logprobs": 6})", false).find("'logprobs' is out of range") !=
         std::string::npos);
   CHECK(ErrorOf(R"({"prompt": "x", "logprobs": true})", false).find("'logprobs' must be an integer") !=
         std::string::npos);
-  for (const char* field : {R"("echo": true)", R"("best_of": 2)",
+  for (const char* field : {R"("best_of": 2)",
                             R"("suffix": "x")"}) {
     CAPTURE(field);
     const std::string body = std::string(R"({"prompt": "x", )") + field + "}";
@@ -188,6 +197,31 @@ TEST_CASE("openai api: responses, chunks and errors") {
   CHECK(DumpJson(json("a\xC3")) == "\"a\xEF\xBF\xBD\"");
   CHECK(NewCompletionId(true).rfind("chatcmpl-", 0) == 0);
   CHECK(NewCompletionId(false) != NewCompletionId(false));
+}
+
+TEST_CASE("openai api: token-id prompts and echo, as evaluation harnesses send them") {
+  // lm-evaluation-harness's loglikelihood request: token ids, one prompt in
+  // a list, echo, the chosen tokens' log-probabilities.
+  const CompletionRequest r = Plain(R"({"prompt": [[1, 403, 407]], "temperature": 0,
+      "max_tokens": 1, "logprobs": 1, "echo": true, "seed": 1234})");
+  CHECK(r.prompt_tokens == std::vector<int32_t>{1, 403, 407});
+  CHECK(r.prompt.empty());
+  CHECK(r.echo);
+  CHECK(r.generation.prompt_logprobs);
+  CHECK(r.generation.top_logprobs == 1);
+  CHECK(Plain(R"({"prompt": [5, 6]})").prompt_tokens == std::vector<int32_t>{5, 6});
+  CHECK(Plain(R"({"prompt": "x", "echo": true, "max_tokens": 0})").generation.max_tokens == 0);
+  CHECK_FALSE(Plain(R"({"prompt": "x", "echo": true})").generation.prompt_logprobs);
+
+  // The first echoed token has nothing before it: null figures.
+  CompletionOutcome o;
+  o.text = "ab";
+  o.logprobs = {{"a", NAN, {}, 0}, {"b", -1.0f, {{"b", -1.0f}}, 1}};
+  const json lp = CompletionResponse(r, "id", "m", 5, o)["choices"][0]["logprobs"];
+  CHECK(lp["token_logprobs"][0].is_null());
+  CHECK(lp["top_logprobs"][0].is_null());
+  CHECK(lp["top_logprobs"][1]["b"] == -1.0);
+  CHECK(DumpJson(lp).find("NaN") == std::string::npos);
 }
 
 TEST_CASE("openai api: penalties and logit biases reach the sampler") {

@@ -73,16 +73,17 @@ GenerationResult Generator::Generate(const std::vector<int32_t>& prompt,
   // Keep the shared prefix, but evaluate at least the last prompt token: its
   // logits give the first sampled token.
   size_t keep = 0;
-  const size_t limit = std::min(cached_.size(), prompt.size() - 1);
+  const bool score_prompt = request.prompt_logprobs && request.top_logprobs >= 0;
+  const size_t limit = score_prompt ? 0 : std::min(cached_.size(), prompt.size() - 1);
   while (keep < limit && cached_[keep] == prompt[keep]) ++keep;
   session_.Rewind(keep);
   cached_.resize(keep);
   result.reused_tokens = keep;
 
   // An evaluation that fails leaves the cache in an unknown state.
-  const auto eval = [&](const int32_t* tokens, size_t n) {
+  const auto eval = [&](const int32_t* tokens, size_t n, bool all_logits = false) {
     try {
-      const float* logits = session_.Eval(tokens, n, false);
+      const float* logits = session_.Eval(tokens, n, all_logits);
       cached_.insert(cached_.end(), tokens, tokens + n);
       return logits;
     } catch (...) {
@@ -91,7 +92,33 @@ GenerationResult Generator::Generate(const std::vector<int32_t>& prompt,
     }
   };
   const double t0 = NowSeconds();
-  const float* logits = eval(prompt.data() + keep, prompt.size() - keep);
+  const float* logits = nullptr;
+  if (score_prompt) {
+    // Pass by pass, each within the logits rows the session holds, so the
+    // budget it was charged for stays the limit.
+    const size_t n = prompt.size();
+    const size_t step = std::max<size_t>(
+        1, std::min(session_.max_batch(), session_.held_logits_rows()));
+    TokenLogprob first;
+    first.token = tokenizer_.TokenToPiece(prompt[0]);
+    first.logprob = NAN;
+    result.prompt_logprobs.push_back(first);
+    size_t offset = first.token.size();
+    for (size_t start = 0; start < n; start += step) {
+      const size_t len = std::min(step, n - start);
+      const float* rows = eval(prompt.data() + start, len, /*all_logits=*/true);
+      for (size_t i = 0; i < len && start + i + 1 < n; ++i) {
+        TokenLogprob e = LogprobOf(rows + i * n_vocab_, n_vocab_, prompt[start + i + 1],
+                                   request.top_logprobs, tokenizer_);
+        e.text_offset = offset;
+        offset += e.token.size();
+        result.prompt_logprobs.push_back(std::move(e));
+      }
+      logits = rows + (len - 1) * n_vocab_;
+    }
+  } else {
+    logits = eval(prompt.data() + keep, prompt.size() - keep);
+  }
   result.prompt_seconds = NowSeconds() - t0;
 
   Sampler sampler(request.sampling);

@@ -28,6 +28,9 @@ struct GenerationRequest {
   // -1: no log-probabilities; 0..kMaxTopLogprobs: each generated token's,
   // with that many of the most likely tokens at its position.
   int top_logprobs = -1;
+  // With top_logprobs >= 0: also the prompt's tokens' (every position is
+  // evaluated again, the KV cache's prefix not reused).
+  bool prompt_logprobs = false;
   int max_tokens = -1;             // -1: until the end of the turn or context
   std::vector<std::string> stop;   // stop strings (not part of the result)
   std::vector<int32_t> end_tokens; // tokens that end the turn besides EOS/EOT
@@ -54,6 +57,9 @@ struct GenerationResult {
   // (at least in part) in `text`, in order; tokens cut off by a stop string
   // are left out, as their text is.
   std::vector<TokenLogprob> logprobs;
+  // With request.prompt_logprobs: one per prompt token, offsets into the
+  // prompt's pieces joined; the first has no logprob (NaN) and no top.
+  std::vector<TokenLogprob> prompt_logprobs;
   FinishReason finish = FinishReason::kEndOfTurn;
   size_t prompt_tokens = 0;     // in the prompt
   size_t reused_tokens = 0;     // of those, found in the KV cache

@@ -132,6 +132,9 @@ class Session {
   size_t n_seqs() const { return kv_.size(); }
   // Tokens per forward pass: Eval cuts longer calls into passes of this many.
   size_t max_batch() const { return max_batch_; }
+  // Rows of logits the session holds now (what the budget was charged
+  // for): a call asking for more grows the buffer, outside the budget.
+  size_t held_logits_rows() const { return ws_.logits.size() / std::max<size_t>(c_.n_vocab, 1); }
   size_t n_past(size_t seq = 0) const { return n_past_[seq]; }
   size_t n_ctx() const { return kv_[0].n_ctx(); }
   // Forgets sequence `seq` (its slot then starts a new one at position 0).

@@ -1,5 +1,6 @@
 #include "src/server/openai_api.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -106,10 +107,10 @@ std::vector<std::string> Stops(const json& body) {
 
 // Fields that ask for something this server does not do: a reply that
 // silently lacked it would look like an answer to the request and not be
-// one (free text where a client expects a tool call or JSON, a completion
-// without the prompt it asked to have echoed). Each is refused with 400 when
-// it asks for more than the default; the default values themselves (false,
-// 1, "", [], "text", "none", "auto") pass, as clients often send them.
+// one (free text where a client expects a tool call or JSON, one reply where
+// it asked for the best of several). Each is refused with 400 when it asks
+// for more than the default; the default values themselves (1, "", [],
+// "text", "none", "auto") pass, as clients often send them.
 struct UnsupportedField {
   const char* name;
   bool chat;         // checked on /v1/chat/completions
@@ -118,7 +119,6 @@ struct UnsupportedField {
   bool (*asks)(const json& value);
 };
 
-bool NotFalse(const json& v) { return !(v.is_boolean() && !v.get<bool>()); }
 bool NotEmpty(const json& v) { return !((v.is_object() || v.is_array()) && v.empty()); }
 bool NotOne(const json& v) { return !(v.is_number() && v.get<double>() == 1.0); }
 bool NotEmptyString(const json& v) { return !(v.is_string() && v.get<std::string>().empty()); }
@@ -131,7 +131,6 @@ bool NotNoTool(const json& v) {
 }
 
 constexpr UnsupportedField kUnsupportedFields[] = {
-    {"echo", false, true, NotFalse},
     {"best_of", false, true, NotOne},
     {"suffix", false, true, NotEmptyString},
     {"tools", true, false, NotEmpty},
@@ -165,13 +164,27 @@ CompletionRequest ParseCompletionRequest(std::string_view body_text, bool chat,
   } else {
     const auto it = body.find("prompt");
     if (it == body.end()) Bad("prompt", "is required");
-    if (it->is_string()) {
-      r.prompt = it->get<std::string>();
-    } else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
-      r.prompt = (*it)[0].get<std::string>();
+    // A string, or token ids; either alone or as a list of one prompt.
+    const json& one = it->is_array() && it->size() == 1 &&
+                              ((*it)[0].is_string() || (*it)[0].is_array())
+                          ? (*it)[0]
+                          : *it;
+    if (one.is_string()) {
+      r.prompt = one.get<std::string>();
+    } else if (one.is_array() && !one.empty() &&
+               std::all_of(one.begin(), one.end(), [](const json& t) { return t.is_number_integer(); })) {
+      for (const json& t : one) {
+        const int64_t id = t.get<int64_t>();
+        if (id < 0 || (defaults.n_vocab > 0 && static_cast<uint64_t>(id) >= defaults.n_vocab) ||
+            id > std::numeric_limits<int32_t>::max()) {
+          Bad("prompt", "holds token " + std::to_string(id) + ", which is not in the vocabulary");
+        }
+        r.prompt_tokens.push_back(static_cast<int32_t>(id));
+      }
     } else {
-      Bad("prompt", "must be a string (one prompt per request)");
+      Bad("prompt", "must be a string or a list of token ids (one prompt per request)");
     }
+    r.echo = Boolean(body, "echo");
   }
   // One reply per request: any other count is refused by name.
   const int64_t n = Integer(body, "n", 1, std::numeric_limits<int64_t>::min(),
@@ -207,7 +220,9 @@ CompletionRequest ParseCompletionRequest(std::string_view body_text, bool chat,
                                                   std::numeric_limits<int64_t>::max()));
   const int fallback = chat ? defaults.max_tokens_chat : defaults.max_tokens_completion;
   const char* tokens_field = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  g.max_tokens = static_cast<int>(Integer(body, tokens_field, fallback, 1, 1 << 30));
+  // 0 only where the reply is the echoed prompt (a client scoring it).
+  g.max_tokens = static_cast<int>(Integer(body, tokens_field, fallback, r.echo ? 0 : 1, 1 << 30));
+  g.prompt_logprobs = r.echo && g.top_logprobs >= 0;
   g.stop = Stops(body);
   // Penalties and biases (OpenAI's ranges); the penalties' window is the
   // server's --repeat-last-n.
@@ -292,9 +307,13 @@ json LogprobsJson(const CompletionRequest& request, std::span<const TokenLogprob
   json tops = request.generation.top_logprobs > 0 ? json::array() : json(nullptr);
   for (const TokenLogprob& e : entries) {
     tokens.push_back(e.token);
-    token_logprobs.push_back(e.logprob);
+    token_logprobs.push_back(std::isnan(e.logprob) ? json(nullptr) : json(e.logprob));
     offsets.push_back(e.text_offset);
     if (tops.is_null()) continue;
+    if (std::isnan(e.logprob)) {  // an echoed prompt's first token: nothing before it
+      tops.push_back(nullptr);
+      continue;
+    }
     // An object keyed by text: of two tokens with the same text, the
     // likelier (listed first) stays.
     json top = json::object();

@@ -29,7 +29,9 @@ struct RequestDefaults {
 struct CompletionRequest {
   bool chat = false;
   std::vector<ChatMessage> messages;  // chat
-  std::string prompt;                 // completions
+  std::string prompt;                 // completions, as text
+  std::vector<int32_t> prompt_tokens; // completions, as token ids (used as they are)
+  bool echo = false;                  // completions: the prompt starts the reply
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   GenerationRequest generation;

@@ -148,9 +148,14 @@ void Server::Impl::Complete(const httplib::Request& req, httplib::Response& res,
     if (chat_endpoint) {
       *prompt = chat.Tokenize(request->messages);
       chat.AddEndOfTurn(request->generation);
+    } else if (!request->prompt_tokens.empty()) {
+      *prompt = request->prompt_tokens;  // token ids are the model's input as they are
     } else {
       const Tokenizer& tok = generator.tokenizer();
       *prompt = tok.Encode(request->prompt, tok.add_bos());
+    }
+    if (request->echo && request->stream) {
+      ThrowInputError("'echo' is not supported with 'stream' (ask for the reply whole)");
     }
     if (prompt->empty()) ThrowInputError("the prompt is empty");
     if (prompt->size() >= generator.n_ctx()) {
@@ -217,6 +222,16 @@ void Server::Impl::Complete(const httplib::Request& req, httplib::Response& res,
       outcome.prompt_ms = r.prompt_seconds * 1e3;
       outcome.generation_ms = r.generation_seconds * 1e3;
       outcome.logprobs = r.logprobs;
+      if (request->echo) {
+        // The reply starts with the prompt as the model read it (its tokens'
+        // pieces), and so do the log-probabilities, offsets moved along.
+        std::string echoed;
+        for (const int32_t t : *prompt) echoed += generator.tokenizer().TokenToPiece(t);
+        for (TokenLogprob& e : outcome.logprobs) e.text_offset += echoed.size();
+        outcome.logprobs.insert(outcome.logprobs.begin(), r.prompt_logprobs.begin(),
+                                r.prompt_logprobs.end());
+        outcome.text = echoed + outcome.text;
+      }
     } catch (const std::exception& e) {
       // The status line is gone already: the error travels in the body.
       failed.fetch_add(1);

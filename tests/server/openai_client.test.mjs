@@ -132,6 +132,28 @@ test("log-probabilities, streamed or not, in both endpoints' shapes", async () =
   assert.equal(plain.choices[0].logprobs ?? null, null);
 });
 
+test("echoed prompts scored as lm-evaluation-harness asks (token ids, echo, logprobs)", async () => {
+  // Its loglikelihood payload: the prompt's token ids, one greedy token,
+  // the chosen tokens' log-probabilities, the prompt echoed.
+  const ask = { model, temperature: 0, max_tokens: 1, logprobs: 1, seed: 1234, echo: true };
+  const byText = await client.completions.create({ ...ask, prompt });
+  const lp = byText.choices[0].logprobs;
+  assert.equal(lp.tokens.length, byText.usage.prompt_tokens + 1);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  assert.equal(byText.choices[0].text, lp.tokens.join(""));
+  // A prompt as token ids gives the same figures as its text.
+  const short = await client.completions.create({ ...ask, prompt: "Once upon" });
+  const byIds = await client.completions.create({ ...ask, prompt: [[1, 403, 407]] });  // BOS " Once" " upon"
+  assert.deepEqual(byIds.choices[0].logprobs.tokens, short.choices[0].logprobs.tokens);
+  byIds.choices[0].logprobs.token_logprobs.slice(1).forEach((v, i) =>
+    assert.ok(Math.abs(v - short.choices[0].logprobs.token_logprobs[i + 1]) < 1e-4));
+  // The harness's greedy check: each scored token is its position's best.
+  for (let i = 1; i < lp.tokens.length; i++) {
+    assert.ok(lp.token_logprobs[i] <= Math.max(...Object.values(lp.top_logprobs[i])) + 1e-6);
+  }
+});
+
 test("penalties and logit biases shape the reply", async () => {
   const greedy = { model, prompt, max_tokens: 200, temperature: 0 };
   const plain = (await client.completions.create(greedy)).choices[0].text;
@@ -158,8 +180,8 @@ test("errors arrive as the client's error classes", async () => {
     (e) => e instanceof OpenAI.BadRequestError && /context/.test(e.message));
   // What the server cannot give is refused, not silently left out of the reply.
   await assert.rejects(
-    client.completions.create({ model, prompt, max_tokens: 5, echo: true }),
-    (e) => e instanceof OpenAI.BadRequestError && /'echo' is not supported/.test(e.message));
+    client.completions.create({ model, prompt, max_tokens: 5, best_of: 3 }),
+    (e) => e instanceof OpenAI.BadRequestError && /'best_of' is not supported/.test(e.message));
   const wrongKey = new OpenAI({ baseURL, apiKey: "wrong", maxRetries: 0 });
   await assert.rejects(wrongKey.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
   await assert.rejects(
