@@ -377,6 +377,23 @@ TEST_CASE("generator: log-probabilities of the prompt's tokens") {
   CHECK(r.logprobs.size() == r.generated_tokens);
   // Not asked for: none.
   CHECK(plain.prompt_logprobs.empty());
+
+  // A session holding 4 rows of logits scores the prompt 4 tokens a pass
+  // (the last pass shorter): the same figures.
+  SessionShape shape;
+  shape.n_ctx = 64;
+  shape.max_batch = 64;
+  shape.logits_rows = 4;
+  Session four_rows(*s.model, shape);
+  REQUIRE(four_rows.held_logits_rows() == 4);
+  REQUIRE(prompt.size() % 4 != 0);
+  Generator gen4(four_rows, s.tok(), n_vocab);
+  const GenerationResult r4 = gen4.Generate(prompt, scored, nullptr);
+  REQUIRE(r4.prompt_logprobs.size() == prompt.size());
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    CHECK(std::abs(r4.prompt_logprobs[i].logprob - want[i - 1]) < 1e-4);
+  }
+  CHECK(r4.text == plain.text);
 }
 
 TEST_CASE("conversation: turns reuse the cache, old turns make room, long messages fail") {

@@ -32,7 +32,10 @@ int ServeCommand(int argc, char** argv) {
       ("alias", "Model name in the API (default: the file name)",
        cxxopts::value<std::string>()->default_value(""))
       ("chat-template", "Chat template family (default: the model's; " + ChatFormatNames() + ")",
-       cxxopts::value<std::string>()->default_value(""));
+       cxxopts::value<std::string>()->default_value(""))
+      ("score-batch", "Prompt tokens per pass when an echoed prompt is scored (logprobs with "
+       "echo); each holds a row of logits, charged to the budget",
+       cxxopts::value<int>()->default_value("32"));
   AddContextOption(options);
   AddSamplingOptions(options);
   AddEngineOptions(options);
@@ -61,8 +64,14 @@ int ServeCommand(int argc, char** argv) {
   if (so.model_name.empty()) so.model_name = std::filesystem::path(model_path).filename().string();
   so.defaults.sampling = ParseSamplingOptions(args);
 
+  const int score_batch = args["score-batch"].as<int>();
+  if (score_batch < 1 || score_batch > 4096) ThrowInputError("--score-batch must be 1..4096");
+
   EngineOptions engine = ParseModelOptions(args, model_path);
   engine.n_ctx = ParseContextSize(args);
+  // Rows of logits the session holds: one pass of a scored prompt (at most
+  // a forward pass's tokens; Session's HeldLogitsRows).
+  engine.logits_rows = static_cast<size_t>(score_batch);
   const LoadedModel loaded = OpenModel(model_path, engine);
   const Model& model = *loaded.model;
   CheckLogitBias(so.defaults.sampling, model.config().n_vocab, "--logit-bias");
