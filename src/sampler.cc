@@ -69,23 +69,31 @@ int32_t Sampler::Choose(const float* logits, size_t n_vocab) {
   if (params_.temperature <= 0.0f) {
     return static_cast<int32_t>(simd::ArgMax(logits, n_vocab));
   }
-  // Top-k (sorted by decreasing logit), then softmax at the temperature over
-  // those, then the smallest prefix whose mass reaches top_p.
+  // Top-k (sorted by decreasing logit), then min-p, then softmax at the
+  // temperature over those, then the smallest prefix whose mass reaches top_p.
   const size_t k = params_.top_k > 0 ? std::min<size_t>(params_.top_k, n_vocab)
                                      : n_vocab;
   candidates_.resize(k);
   simd::TopK(logits, n_vocab, k, simd::TopKOrder::kLargest, candidates_.data());
-  probs_.resize(k);
   const double max_logit = logits[candidates_[0]];
+  size_t kept_k = k;
+  if (params_.min_p > 0.0f) {
+    // p_i >= min_p * p_max  <=>  logit_i >= max_logit + log(min_p): a prefix
+    // of the sorted candidates (at least the likeliest).
+    const double floor = max_logit + std::log(static_cast<double>(params_.min_p));
+    kept_k = 1;
+    while (kept_k < k && logits[candidates_[kept_k]] >= floor) ++kept_k;
+  }
+  probs_.resize(kept_k);
   double sum = 0.0;
-  for (size_t i = 0; i < k; ++i) {
+  for (size_t i = 0; i < kept_k; ++i) {
     probs_[i] = std::exp((logits[candidates_[i]] - max_logit) / params_.temperature);
     sum += probs_[i];
   }
-  size_t keep = k;
+  size_t keep = kept_k;
   if (params_.top_p < 1.0f) {
     double mass = 0.0;
-    for (size_t i = 0; i < k; ++i) {
+    for (size_t i = 0; i < kept_k; ++i) {
       mass += probs_[i] / sum;
       if (mass >= params_.top_p) {
         keep = i + 1;

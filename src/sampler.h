@@ -19,6 +19,9 @@ struct SamplerParams {
   float temperature = 0.8f;  // <= 0: greedy
   int top_k = 40;            // <= 0: no limit
   float top_p = 0.95f;       // >= 1: no limit
+  // Drops tokens less likely than min_p times the likeliest (on the logits
+  // as they come, before the temperature, as llama.cpp's); 0: off.
+  float min_p = 0.0f;
   uint64_t seed = 0;
   // Penalties on the tokens among the last penalty_last_n of the context
   // (prompt and generated, as llama.cpp counts them): a positive logit is

@@ -182,3 +182,24 @@ TEST_CASE("without biases or penalties the logits are used as they are") {
   p.penalty_last_n = 64;
   CHECK(p.ShapesLogits());
 }
+
+TEST_CASE("min-p drops tokens less likely than a share of the likeliest") {
+  // Probabilities at temperature 1 in the ratio 1 : e^-1 : e^-3.
+  const std::vector<float> logits = {0.0f, -1.0f, -3.0f};
+  SamplerParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  auto draws = [&](float min_p) {
+    p.min_p = min_p;
+    Sampler s(p);
+    std::map<int32_t, int> seen;
+    for (int i = 0; i < 400; ++i) ++seen[s.Sample(logits.data(), logits.size())];
+    return seen;
+  };
+  CHECK(draws(0.0f).size() == 3);
+  const auto some = draws(0.3f);  // e^-1 = 0.37 stays, e^-3 = 0.05 goes
+  CHECK(some.size() == 2);
+  CHECK(some.count(2) == 0);
+  CHECK(draws(0.5f) == std::map<int32_t, int>{{0, 400}});
+}

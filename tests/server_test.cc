@@ -114,6 +114,7 @@ TEST_CASE("openai api: bad requests name what is wrong") {
       {"{" + m + R"(, "logit_bias": {"1": 101}})", "'logit_bias.1' must be between -100 and 100"},
       {"{" + m + R"(, "logit_bias": {"999": 1}})", "'logit_bias': token 999 is not in the vocabulary (0..511)"},
       {"{" + m + R"(, "presence_penalty": 3})", "'presence_penalty' must be between -2 and 2"},
+      {"{" + m + R"(, "min_p": 2})", "'min_p' must be between 0 and 1"},
       {"{" + m + R"(, "frequency_penalty": "x"})", "'frequency_penalty' must be a number"},
       {"{" + m + R"(, "tools": [{"type": "function"}]})", "'tools' is not supported"},
       {"{" + m + R"(, "tool_choice": "required"})", "'tool_choice' is not supported"},
@@ -228,6 +229,9 @@ TEST_CASE("openai api: penalties and logit biases reach the sampler") {
   const CompletionRequest r = Chat(R"({"messages": [{"role": "user", "content": "x"}],
       "presence_penalty": 0.5, "frequency_penalty": -1, "logit_bias": {"7": -100, "42": 2.5}})");
   CHECK(r.generation.sampling.presence_penalty == 0.5f);
+  CHECK(r.generation.sampling.min_p == 0.0f);
+  CHECK(Chat(R"({"messages": [{"role": "user", "content": "x"}], "min_p": 0.1})").generation.sampling.min_p ==
+        0.1f);
   CHECK(r.generation.sampling.frequency_penalty == -1.0f);
   CHECK(r.generation.sampling.logit_bias ==
         std::vector<std::pair<int32_t, float>>{{42, 2.5f}, {7, -100.0f}});

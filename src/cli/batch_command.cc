@@ -2,7 +2,7 @@
 // (src/block_decoder.h), one JSON line out per prompt, in input order.
 //
 // Input lines: {"id": any, "prompt": "...", "n_predict": N, "temperature": T,
-// "top_k": K, "top_p": P, "seed": S, "repeat_penalty": R, "presence_penalty":
+// "top_k": K, "top_p": P, "min_p": M, "seed": S, "repeat_penalty": R, "presence_penalty":
 // A, "frequency_penalty": F}; only "prompt" is required (the others
 // default to the command line's -n, --temp, --top-k, --top-p, penalties,
 // and to --seed plus the line's index, so each prompt's sampling is reproducible
@@ -111,6 +111,8 @@ std::vector<Job> ReadJobs(const std::string& path, long long default_n,
       } else if (key == "seed") {
         if (!v.is_number_unsigned()) fail("\"seed\" must be a non-negative integer");
         job.sampling.seed = v.get<uint64_t>();
+      } else if (key == "min_p") {
+        job.sampling.min_p = static_cast<float>(number(0, 1));
       } else if (key == "repeat_penalty") {
         job.sampling.repeat_penalty = static_cast<float>(number(1e-6, 1e6));
       } else if (key == "presence_penalty") {
@@ -119,7 +121,7 @@ std::vector<Job> ReadJobs(const std::string& path, long long default_n,
         job.sampling.frequency_penalty = static_cast<float>(number(-1e6, 1e6));
       } else {
         fail("unknown field \"" + key +
-             "\" (known: id, prompt, n_predict, temperature, top_k, top_p, seed, "
+             "\" (known: id, prompt, n_predict, temperature, top_k, top_p, min_p, seed, "
              "repeat_penalty, presence_penalty, frequency_penalty)");
       }
     }

@@ -224,6 +224,8 @@ void AddSamplingOptions(cxxopts::Options& options) {
       ("top-k", "Keep the k most likely tokens (0: all)", cxxopts::value<int>()->default_value("40"))
       ("top-p", "Keep the smallest set with this much probability (1: all)",
        cxxopts::value<std::string>()->default_value("0.95"))
+      ("min-p", "Drop tokens less likely than this times the likeliest (0: off)",
+       cxxopts::value<std::string>()->default_value("0"))
       ("seed", "Random seed (default: from the clock)", cxxopts::value<uint64_t>())
       ("repeat-penalty", "Divide the positive logits (multiply the negative) of tokens among "
        "the last --repeat-last-n by this (1: off)", cxxopts::value<std::string>()->default_value("1"))
@@ -269,6 +271,8 @@ SamplerParams ParseSamplingOptions(const cxxopts::ParseResult& args) {
   if (sp.top_k < 0) ThrowInputError("--top-k must be 0 (off) or more");
   sp.top_p = static_cast<float>(RealOption(args, "top-p"));
   if (!(sp.top_p > 0.0f && sp.top_p <= 1.0f)) ThrowInputError("--top-p must be in (0, 1]");
+  sp.min_p = static_cast<float>(RealOption(args, "min-p"));
+  if (!(sp.min_p >= 0.0f && sp.min_p <= 1.0f)) ThrowInputError("--min-p must be in [0, 1]");
   sp.repeat_penalty = static_cast<float>(RealOption(args, "repeat-penalty"));
   if (!(sp.repeat_penalty > 0.0f)) ThrowInputError("--repeat-penalty must be more than 0");
   sp.penalty_last_n = args["repeat-last-n"].as<int>();

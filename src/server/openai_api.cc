@@ -214,6 +214,8 @@ CompletionRequest ParseCompletionRequest(std::string_view body_text, bool chat,
       static_cast<float>(Number(body, "temperature", defaults.sampling.temperature, 0.0, 2.0));
   g.sampling.top_p = static_cast<float>(Number(body, "top_p", defaults.sampling.top_p, 0.0, 1.0));
   if (!(g.sampling.top_p > 0.0f)) Bad("top_p", "must be more than 0");
+  // llama.cpp's server extension, as top_k.
+  g.sampling.min_p = static_cast<float>(Number(body, "min_p", defaults.sampling.min_p, 0.0, 1.0));
   g.sampling.top_k = static_cast<int>(Integer(body, "top_k", defaults.sampling.top_k, 0, 1 << 30));
   g.sampling.seed = static_cast<uint64_t>(Integer(body, "seed", static_cast<int64_t>(seed_source >> 1),
                                                   std::numeric_limits<int64_t>::min(),
