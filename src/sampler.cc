@@ -61,7 +61,7 @@ const float* Sampler::Shape(const float* logits, size_t n_vocab) {
 int32_t Sampler::Sample(const float* logits, size_t n_vocab) {
   if (params_.ShapesLogits()) logits = Shape(logits, n_vocab);
   const int32_t token = Choose(logits, n_vocab);
-  if (params_.ShapesLogits() && params_.penalty_last_n != 0) Accept(std::span(&token, 1));
+  Accept(std::span(&token, 1));  // kept only where penalties look back
   return token;
 }
 

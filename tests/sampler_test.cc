@@ -90,6 +90,14 @@ SamplerParams Greedy() {
   p.temperature = 0.0f;
   return p;
 }
+// Temperature 1 and no top-k or top-p cut: draws follow the softmax.
+SamplerParams Unrestricted() {
+  SamplerParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  return p;
+}
 }  // namespace
 
 TEST_CASE("logit biases ban or favour tokens before the choice") {
@@ -100,9 +108,7 @@ TEST_CASE("logit biases ban or favour tokens before the choice") {
   p.logit_bias = {{3, 3.5f}};
   CHECK(Sampler(p).Sample(logits.data(), logits.size()) == 3);
   // At a temperature a banned token is never drawn.
-  p.temperature = 1.0f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
+  p = Unrestricted();
   p.logit_bias = {{1, -INFINITY}, {2, -INFINITY}};
   Sampler s(p);
   for (int i = 0; i < 200; ++i) {
@@ -186,10 +192,7 @@ TEST_CASE("without biases or penalties the logits are used as they are") {
 TEST_CASE("min-p drops tokens less likely than a share of the likeliest") {
   // Probabilities at temperature 1 in the ratio 1 : e^-1 : e^-3.
   const std::vector<float> logits = {0.0f, -1.0f, -3.0f};
-  SamplerParams p;
-  p.temperature = 1.0f;
-  p.top_k = 0;
-  p.top_p = 1.0f;
+  SamplerParams p = Unrestricted();
   auto draws = [&](float min_p) {
     p.min_p = min_p;
     Sampler s(p);
