@@ -131,6 +131,8 @@ TEST_CASE("openai api: bad requests name what is wrong") {
   CHECK(ErrorOf(R"({"prompt": []})", false).find("'prompt' must be a string or a list of token ids") !=
         std::string::npos);
   CHECK(ErrorOf(R"({"prompt": [1, "a"]})", false).find("'prompt' must be") != std::string::npos);
+  CHECK(ErrorOf(R"({"prompt": "x", "echo": true, "stream": true})", false)
+            .find("'echo' is not supported with 'stream'") != std::string::npos);
   CHECK(ErrorOf(R"({"prompt": [1, 512]})", false).find("token 512, which is not in the vocabulary") !=
         std::string::npos);
   CHECK(ErrorOf(R"({"prompt": [-1]})", false).find("token -1") != std::string::npos);

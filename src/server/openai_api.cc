@@ -195,6 +195,7 @@ CompletionRequest ParseCompletionRequest(std::string_view body_text, bool chat,
     if (!so->is_object()) Bad("stream_options", "must be an object");
     r.include_usage = Boolean(*so, "include_usage");
   }
+  if (r.echo && r.stream) Bad("echo", "is not supported with 'stream' (ask for the reply whole)");
   GenerationRequest& g = r.generation;
   // Log-probabilities. Chat: "logprobs": true, with "top_logprobs"
   // alternatives (0-20); completions: "logprobs": the number of

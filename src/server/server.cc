@@ -154,9 +154,6 @@ void Server::Impl::Complete(const httplib::Request& req, httplib::Response& res,
       const Tokenizer& tok = generator.tokenizer();
       *prompt = tok.Encode(request->prompt, tok.add_bos());
     }
-    if (request->echo && request->stream) {
-      ThrowInputError("'echo' is not supported with 'stream' (ask for the reply whole)");
-    }
     if (prompt->empty()) ThrowInputError("the prompt is empty");
     if (prompt->size() >= generator.n_ctx()) {
       ThrowInputError("the prompt has ", prompt->size(), " tokens; the context holds ",
