@@ -123,6 +123,13 @@ TEST_CASE("FormatByteSize") {
   CHECK(FormatByteSize(310 * MiB + MiB / 5) == "310.2 MiB");
   CHECK(FormatByteSize(3 * GiB / 2) == "1.5 GiB");
   CHECK(FormatByteSize(std::numeric_limits<uint64_t>::max()) == "16.0 EiB");
+  CHECK(FormatByteSize(679232) == "663.3 KiB");
+  // Two decimals, as the command line's tables print them.
+  CHECK(FormatByteSize(1023, 2) == "1023 B");
+  CHECK(FormatByteSize(1187, 2) == "1.16 KiB");
+  CHECK(FormatByteSize(MiB - 6, 2) == "1023.99 KiB");
+  CHECK(FormatByteSize(MiB - 5, 2) == "1.00 MiB");  // never "1024.00 KiB"
+  CHECK(FormatByteSize(3 * GiB / 2, 2) == "1.50 GiB");
 }
 
 TEST_CASE("MemoryBudget: charges add up and items merge by name") {

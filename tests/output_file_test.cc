@@ -13,7 +13,6 @@
 
 #include <doctest/doctest.h>
 
-#include "base/byte_size.h"
 #include "base/error.h"
 #include "base/output_file.h"
 #include "tests/error_test_util.h"
@@ -142,15 +141,6 @@ TEST_CASE("CheckFreeSpace: an output larger than the free space is refused in re
   CHECK(Contains(msg, "needs 16.0 EiB (18446744073709551615 bytes)"));
   CHECK(Contains(msg, " free"));
   CHECK(dir.Entries().empty());
-}
-
-TEST_CASE("FormatByteSize: binary units, one decimal") {
-  CHECK(FormatByteSize(0) == "0 B");
-  CHECK(FormatByteSize(1023) == "1023 B");
-  CHECK(FormatByteSize(1536) == "1.5 KiB");
-  CHECK(FormatByteSize(679232) == "663.3 KiB");
-  CHECK(FormatByteSize((1ull << 20) - 1) == "1.0 MiB");  // not "1024.0 KiB"
-  CHECK(FormatByteSize(3ull << 30) == "3.0 GiB");
 }
 
 TEST_CASE("WriteFileAtomically: failures name the output and the reason") {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "base/byte_size.h"
 #include "base/error.h"
 #include "base/timer.h"
 #include "simd/targets.h"
@@ -164,9 +165,8 @@ int BenchCommand(int argc, char** argv) {
       char ts[64];
       std::snprintf(ts, sizeof(ts), "%.2f ± %.2f", r.mean(), r.stddev());
       std::printf("| %-30s | %10s | %10s | %-8s | %7d | %8s | %20s |\n", model_name.c_str(),
-                  FormatBytes(model_bytes).c_str(),
-                  FormatCount(model_params).c_str(), target.c_str(), r.threads,
-                  r.test.c_str(), ts);
+                  FormatByteSize(model_bytes, 2).c_str(), FormatCount(model_params).c_str(),
+                  target.c_str(), r.threads, r.test.c_str(), ts);
     }
   } else {
     std::printf("[\n");

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <utility>
 
+#include "base/byte_size.h"
 #include "base/error.h"
 #include "base/read_file.h"
 #include "base/output_file.h"
@@ -87,9 +88,9 @@ void AddModelOptions(cxxopts::Options& options) {
       ("read-gap", "Read the gap between two missing records as part of one read when it is at "
        "most this many bytes (e.g. 32K; Ripple's access collapse): fewer, larger reads for "
        "scattered units; 0 reads only the records", cxxopts::value<std::string>()->default_value("8K"))
-      ("cache-type-k", "KV cache type for keys (-ctk): f16, f32 or q8_0",
+      ("cache-type-k", "KV cache type for keys (-ctk): f16, f32, q8_0 or q4_0",
        cxxopts::value<std::string>()->default_value(kKvTypes[0].name))
-      ("cache-type-v", "KV cache type for values (-ctv): f16, f32 or q8_0",
+      ("cache-type-v", "KV cache type for values (-ctv): f16, f32, q8_0 or q4_0",
        cxxopts::value<std::string>()->default_value(kKvTypes[0].name));
   options.add_options("sparsity")
       ("sparsity", "Which FFN units each token uses (bundles): dense; dip, dip-ca, glu (dip "
@@ -200,8 +201,9 @@ void ReportStats(const cxxopts::ParseResult& args, const LoadedModel& model) {
   if (args.count("stats")) {
     const StreamedFeedForward& ffn = *model.streamed;
     const SparsityOptions& sparsity = ffn.policy().options();
-    std::fprintf(stderr, "unit caches: %s, %.1f%% of the FFN's units (%s); sparsity %s at density %g",
-                 FormatBytes(ffn.cache_bytes()).c_str(), 100.0 * ffn.cache_fraction(),
+    std::fprintf(stderr,
+                 "unit caches: %s, %.1f%% of the FFN's units (%s); sparsity %s at density %g",
+                 FormatByteSize(ffn.cache_bytes(), 2).c_str(), 100.0 * ffn.cache_fraction(),
                  EvictionKindName(ffn.stream_config().eviction), ffn.policy().name().c_str(),
                  sparsity.density);
     if (HasInputSplit(sparsity.kind)) {
@@ -210,7 +212,7 @@ void ReportStats(const cxxopts::ParseResult& args, const LoadedModel& model) {
     if (sparsity.kind == SparsityKind::kDipCa) std::fprintf(stderr, ", gamma %g", sparsity.gamma);
     std::fprintf(stderr, "\n");
     if (!model.budget->unlimited()) {
-      std::fprintf(stderr, "dram budget %s: %s\n", FormatBytes(model.budget->limit()).c_str(),
+      std::fprintf(stderr, "dram budget %s: %s\n", FormatByteSize(model.budget->limit(), 2).c_str(),
                    model.budget->Breakdown().c_str());
     }
     model.streamed->stats().PrintSummary(stderr);
@@ -377,19 +379,6 @@ uint64_t PeakRssBytes() {
   return static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // Linux: KiB
 }
 
-std::string FormatBytes(uint64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int unit = 0;
-  while (v >= 1024.0 && unit < 4) {
-    v /= 1024.0;
-    ++unit;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), unit == 0 ? "%.0f %s" : "%.2f %s", v, kUnits[unit]);
-  return buf;
-}
-
 ProgressBar::ProgressBar(std::string label, bool forced)
     : label_(std::move(label)),
       terminal_(isatty(STDERR_FILENO) == 1),
@@ -419,8 +408,8 @@ void ProgressBar::Update(uint64_t done, uint64_t total) {
   std::string bar(static_cast<size_t>(frac * width), '#');
   bar.resize(width, '.');
   std::fprintf(stderr, "%s%s [%s] %5.1f%% %s / %s, %.0f MB/s%s", terminal_ ? "\r" : "",
-               label_.c_str(), bar.c_str(), frac * 100.0, FormatBytes(done).c_str(),
-               FormatBytes(total).c_str(), mb_per_s, terminal_ ? "" : "\n");
+               label_.c_str(), bar.c_str(), frac * 100.0, FormatByteSize(done, 2).c_str(),
+               FormatByteSize(total, 2).c_str(), mb_per_s, terminal_ ? "" : "\n");
   std::fflush(stderr);
   drawn_ = true;
 }

@@ -72,8 +72,6 @@ std::vector<int> ParseIntList(const std::string& text, const std::string& flag);
 
 std::string ReadTextFile(const std::string& path);
 uint64_t PeakRssBytes();
-// "1.13 MiB", "6.74 GiB"
-std::string FormatBytes(uint64_t bytes);
 
 // Progress of a long write on stderr: percent, bytes and MB/s. On a
 // terminal, one line redrawn at most ~10 times a second, for jobs of more

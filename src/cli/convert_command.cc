@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "base/byte_size.h"
 #include "base/error.h"
 #include "formats/bundle.h"
 #include "formats/gguf.h"
@@ -106,8 +107,8 @@ int ConvertCommand(int argc, char** argv) {
   std::fprintf(stderr, "wrote %s: %s layout, %s records, %s (resident %s)\n", output.c_str(),
                std::string(bundle::LayoutName(result.layout())).c_str(),
                std::string(TensorTypeName(result.record_type())).c_str(),
-               FormatBytes(result.file_size()).c_str(),
-               FormatBytes(result.resident_bytes()).c_str());
+               FormatByteSize(result.file_size(), 2).c_str(),
+               FormatByteSize(result.resident_bytes(), 2).c_str());
   return 0;
 }
 

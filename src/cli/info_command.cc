@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "base/byte_size.h"
 #include "base/crc32c.h"
 #include "base/error.h"
 #include "formats/bundle.h"
@@ -84,7 +85,7 @@ void PrintCalibration(const std::optional<bundle::Calibration>& calibration) {
 // A bundle's layout, record geometry and sections.
 void PrintBundle(const bundle::Bundle& b, bool verify) {
   std::printf("file: %s (Sparrow bundle v%u, %s)\n", b.path().c_str(), bundle::kVersion,
-              FormatBytes(b.file_size()).c_str());
+              FormatByteSize(b.file_size(), 2).c_str());
   const std::string source = b.header().GetString(bundle::keys::kSource).value_or("?");
   std::printf("bundle: %s layout, %s records, converted from %s\n",
               std::string(bundle::LayoutName(b.layout())).c_str(),
@@ -92,21 +93,23 @@ void PrintBundle(const bundle::Bundle& b, bool verify) {
   const std::optional<std::string> placement = b.header().GetString(bundle::keys::kPlacement);
   std::printf("placement: %s\n",
               placement ? gguf::Printable(*placement, 1024).c_str() : "unit order (not placed)");
-  std::printf("  %-22s offset %12u  %12s\n", "header", 0u, FormatBytes(b.header_bytes()).c_str());
+  std::printf("  %-22s offset %12u  %12s\n", "header", 0u,
+              FormatByteSize(b.header_bytes(), 2).c_str());
   std::printf("  %-22s offset %12" PRIu64 "  %12s  crc32c 0x%08x\n", "resident section",
-              b.resident_offset(), FormatBytes(b.resident_bytes()).c_str(), b.resident_crc());
+              b.resident_offset(), FormatByteSize(b.resident_bytes(), 2).c_str(), b.resident_crc());
   for (bundle::RecordKind kind : bundle::LayoutKinds(b.layout())) {
     const bundle::UnitGroup& g = *b.FindGroup(0, kind);
-    std::printf("  %-22s offset %12" PRIu64 "  %12s  %u layers x %u records of %u bytes "
+    std::printf("  %-22s offset %12" PRIu64
+                "  %12s  %u layers x %u records of %u bytes "
                 "(%u x %u %s + crc32c)\n",
                 StrCat(bundle::RecordKindName(kind), " records").c_str(), g.offset,
-                FormatBytes(g.section_bytes() * b.n_layers()).c_str(), b.n_layers(), g.n_units,
-                g.record_bytes, g.parts, g.part_padded_elems,
+                FormatByteSize(g.section_bytes() * b.n_layers(), 2).c_str(), b.n_layers(),
+                g.n_units, g.record_bytes, g.parts, g.part_padded_elems,
                 std::string(TensorTypeName(b.record_type())).c_str());
   }
   if (b.calibration()) {
     std::printf("  %-22s offset %12" PRIu64 "  %12s\n", "calibration section", b.bundle_bytes(),
-                FormatBytes(b.file_size() - b.bundle_bytes()).c_str());
+                FormatByteSize(b.file_size() - b.bundle_bytes(), 2).c_str());
   }
   PrintCalibration(b.calibration());
   if (verify) {
@@ -153,11 +156,13 @@ void VerifyGguf(const gguf::GgufFile& file) {
     done += t.n_bytes;
     bar.Update(done, total);
   }
-  std::printf("\nverify: a GGUF has no checksums; checked: the header and every tensor's "
-              "bounds, that all %zu tensors (%s) can be read, and that the %" PRIu64
-              " F32/F16/BF16 tensors (%" PRIu64 " values) hold no NaN or infinity; quantized "
-              "tensors' values are not checked; CRC32C of all tensor data 0x%08x\n",
-              file.tensors().size(), FormatBytes(total).c_str(), float_tensors, float_values, crc);
+  std::printf(
+      "\nverify: a GGUF has no checksums; checked: the header and every tensor's "
+      "bounds, that all %zu tensors (%s) can be read, and that the %" PRIu64
+      " F32/F16/BF16 tensors (%" PRIu64
+      " values) hold no NaN or infinity; quantized "
+      "tensors' values are not checked; CRC32C of all tensor data 0x%08x\n",
+      file.tensors().size(), FormatByteSize(total, 2).c_str(), float_tensors, float_values, crc);
 }
 
 }  // namespace
@@ -183,7 +188,7 @@ int InfoCommand(int argc, char** argv) {
   } else {
     with_tensors = gguf::GgufFile::Open(path);
     std::printf("file: %s (GGUF v%u, %s, alignment %" PRIu64 ")\n", with_tensors->name().c_str(),
-                with_tensors->version(), FormatBytes(with_tensors->file_size()).c_str(),
+                with_tensors->version(), FormatByteSize(with_tensors->file_size(), 2).c_str(),
                 with_tensors->alignment());
     if (args.count("verify")) VerifyGguf(*with_tensors);
   }
@@ -214,11 +219,11 @@ int InfoCommand(int argc, char** argv) {
   }
   if (with_tensors) {
     std::printf("\n%s: %zu, %" PRIu64 " parameters, %s\n", bndl ? "resident tensors" : "tensors",
-                tensors.size(), params, FormatBytes(bytes).c_str());
+                tensors.size(), params, FormatByteSize(bytes, 2).c_str());
   }
   for (const auto& [type, entry] : by_type) {
     std::printf("  %-8s %6" PRIu64 " tensors %12s\n", type.c_str(), entry.first,
-                FormatBytes(entry.second).c_str());
+                FormatByteSize(entry.second, 2).c_str());
   }
   if (args.count("tensors")) {
     for (const gguf::TensorInfo& t : tensors) {
@@ -226,7 +231,7 @@ int InfoCommand(int argc, char** argv) {
       for (size_t i = 0; i < t.dims.size(); ++i) shape += (i ? " x " : "") + std::to_string(t.dims[i]);
       std::printf("  %-40s %-7s %-20s %12s\n", t.name.c_str(),
                   std::string(TensorTypeName(t.type)).c_str(), shape.c_str(),
-                  FormatBytes(t.n_bytes).c_str());
+                  FormatByteSize(t.n_bytes, 2).c_str());
     }
   }
 

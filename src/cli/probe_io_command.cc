@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "base/byte_size.h"
 #include "base/error.h"
 #include "base/output_file.h"
 #include "src/cli/commands.h"
@@ -99,8 +100,8 @@ int ProbeIoCommand(int argc, char** argv) {
   IoProbe probe(path, io == "direct");
   for (uint64_t s : sizes) {
     if (s > probe.file_size()) {
-      ThrowInputError("'", path, "' (", FormatBytes(probe.file_size()),
-                      ") is smaller than one read of ", FormatBytes(s));
+      ThrowInputError("'", path, "' (", FormatByteSize(probe.file_size(), 2),
+                      ") is smaller than one read of ", FormatByteSize(s, 2));
     }
   }
   const std::string mode = probe.direct() ? "direct" : "pread";
@@ -110,7 +111,7 @@ int ProbeIoCommand(int argc, char** argv) {
                    "warning: '%s' is only %s: O_DIRECT bypasses the page cache, but the device's "
                    "own cache may hold much of a file this small and flatter the results; probe a "
                    "file of several GiB\n",
-                   path.c_str(), FormatBytes(probe.file_size()).c_str());
+                   path.c_str(), FormatByteSize(probe.file_size(), 2).c_str());
     }
   }
   if (!probe.direct()) {
@@ -121,7 +122,7 @@ int ProbeIoCommand(int argc, char** argv) {
   }
 
   std::printf("probe-io: %s (%s), %s reads at random 4 KiB-aligned offsets, %.3g s per cell\n",
-              path.c_str(), FormatBytes(probe.file_size()).c_str(),
+              path.c_str(), FormatByteSize(probe.file_size(), 2).c_str(),
               probe.direct() ? "O_DIRECT" : "buffered", seconds);
   std::printf("%9s %7s %10s %10s %10s %10s %10s\n", "read", "threads", "MB/s", "IOPS",
               "mean_us", "p50_us", "p99_us");

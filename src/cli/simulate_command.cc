@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/byte_size.h"
 #include "base/error.h"
 #include "src/cli/commands.h"
 #include "src/cli/common.h"
@@ -46,12 +47,13 @@ void PrintMarkdown(const std::string& trace_path, const Trace& trace, const Devi
   std::printf("simulate: %s on %s (%s); %d threads, compute at %.1f GB/s, %s overlap\n",
               trace_path.c_str(), device.name.c_str(), device.description.c_str(), r.threads,
               r.compute_gbps, OverlapName(r.overlap));
-  std::printf("model: %s layout, %s, %u layers, d_model %u, d_ff %u; resident %s, FFN records %s, "
-              "unit caches %s; policy %s, density %.3g (traced with %u threads, io %s)\n",
-              m.layout.c_str(), m.record_type.c_str(), m.n_layers, m.d_model, m.d_ff,
-              FormatBytes(m.resident_bytes).c_str(), FormatBytes(m.ffn_bytes).c_str(),
-              FormatBytes(m.cache_bytes).c_str(), m.policy.c_str(), m.mlp_density, m.threads,
-              m.io.c_str());
+  std::printf(
+      "model: %s layout, %s, %u layers, d_model %u, d_ff %u; resident %s, FFN records %s, "
+      "unit caches %s; policy %s, density %.3g (traced with %u threads, io %s)\n",
+      m.layout.c_str(), m.record_type.c_str(), m.n_layers, m.d_model, m.d_ff,
+      FormatByteSize(m.resident_bytes, 2).c_str(), FormatByteSize(m.ffn_bytes, 2).c_str(),
+      FormatByteSize(m.cache_bytes, 2).c_str(), m.policy.c_str(), m.mlp_density, m.threads,
+      m.io.c_str());
   std::printf("replayed: %llu decode records", static_cast<unsigned long long>(r.decode_records));
   if (r.prompt_records > 0) {
     std::printf("; %llu prompt batch%s (%llu tokens, measured %.1f tok/s) not replayed: a batch "
@@ -83,9 +85,9 @@ void PrintMarkdown(const std::string& trace_path, const Trace& trace, const Devi
   std::printf("\nshares: of the sum of the parts (measured: of io + memory + compute + select; the "
               "rest of the measured token is attention and the output head)\n");
   std::printf("flash per token: %s in %.1f reads (mean read %s); unit hit rate %s\n",
-              FormatBytes(static_cast<uint64_t>(r.bytes_read_per_token + 0.5)).c_str(),
+              FormatByteSize(static_cast<uint64_t>(r.bytes_read_per_token + 0.5), 2).c_str(),
               r.read_calls_per_token,
-              FormatBytes(static_cast<uint64_t>(r.mean_read_bytes + 0.5)).c_str(),
+              FormatByteSize(static_cast<uint64_t>(r.mean_read_bytes + 0.5), 2).c_str(),
               r.hit_rate < 0 ? "n/a" : (FormatNumber(100.0 * r.hit_rate, 1) + "%").c_str());
   if (r.overlap == Overlap::kPipelined) {
     std::printf("pipelined: the parts add up to %s ms; overlapping reads with copies and compute "
@@ -93,11 +95,13 @@ void PrintMarkdown(const std::string& trace_path, const Trace& trace, const Devi
                 Ms(p_sum).c_str(), Ms(p_sum - p.token_seconds).c_str());
   }
   if (r.exceeds_device_budget) {
-    std::printf("warning: the traced run held %s in DRAM (resident weights + unit caches), more "
-                "than the %s the %s profile allows: its hit rate is better than the device's "
-                "would be (trace with --dram-budget %s)\n",
-                FormatBytes(r.trace_dram_bytes).c_str(), FormatBytes(device.dram_budget_bytes).c_str(),
-                device.name.c_str(), FormatBytes(device.dram_budget_bytes).c_str());
+    std::printf(
+        "warning: the traced run held %s in DRAM (resident weights + unit caches), more "
+        "than the %s the %s profile allows: its hit rate is better than the device's "
+        "would be (trace with --dram-budget %s)\n",
+        FormatByteSize(r.trace_dram_bytes, 2).c_str(),
+        FormatByteSize(device.dram_budget_bytes, 2).c_str(), device.name.c_str(),
+        FormatByteSize(device.dram_budget_bytes, 2).c_str());
   }
 }
 

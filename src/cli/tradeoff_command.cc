@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "base/byte_size.h"
 #include "base/error.h"
 #include "base/output_file.h"
 #include "base/timer.h"
@@ -244,17 +245,17 @@ int TradeoffCommand(int argc, char** argv) {
         p.hit_rate = f.hit_rate;
         p.topk_overlap = f.overlap;
       }
-      std::fprintf(stderr, "ppl %.4f, %.2f tok/s, %s/token read, hit rate %s, caches %s of the FFN\n",
-                   p.ppl, p.tokens_per_second,
-                   FormatBytes(static_cast<uint64_t>(p.flash_bytes_per_token)).c_str(),
-                   Cell(100 * p.hit_rate, "%.1f%%").c_str(),
-                   Cell(100 * p.cache_fraction, "%.1f%%").c_str());
+      std::fprintf(
+          stderr, "ppl %.4f, %.2f tok/s, %s/token read, hit rate %s, caches %s of the FFN\n", p.ppl,
+          p.tokens_per_second,
+          FormatByteSize(static_cast<uint64_t>(p.flash_bytes_per_token), 2).c_str(),
+          Cell(100 * p.hit_rate, "%.1f%%").c_str(), Cell(100 * p.cache_fraction, "%.1f%%").c_str());
       points.push_back(p);
     }
   }
 
   auto bytes = [](double v) {
-    return std::isfinite(v) ? FormatBytes(static_cast<uint64_t>(v)) : std::string("-");
+    return std::isfinite(v) ? FormatByteSize(static_cast<uint64_t>(v), 2) : std::string("-");
   };
   std::printf("| policy | density | perplexity | tok/s | FFN bytes used / token | flash read / token "
               "| hit rate | top-K overlap | caches / FFN |\n");
