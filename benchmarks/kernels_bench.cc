@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> bytes;
   };
   std::vector<StoredKv> caches = {{"f32", KvType::kF32, {}}, {"f16", KvType::kF16, {}},
-                                  {"q8_0", KvType::kQ8_0, {}}};
+                                  {"q8_0", KvType::kQ8_0, {}}, {"q4_0", KvType::kQ4_0, {}}};
   for (StoredKv& c : caches) {
     c.bytes.resize(kCtx * 8 * KvHeadBytes(c.type, kHeadDim));
     for (size_t t = 0; t < kCtx; ++t) {

@@ -37,11 +37,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Stored head formats (attention.h's KvType). A head is a run of blocks;
 // block b starts at element b * kBlock, its values are multiplied by
-// Scale(head, start) (1 for unscaled formats).
+// Scale(head, start) (1 for unscaled formats). Values(head, start) points
+// at element `start` of formats with one value per T; Q4_0's nibbles are
+// found by Bytes instead (kNibbles).
 struct KvF32Format {
   using T = float;
   static constexpr size_t kBlock = ~size_t{0};  // one block: the whole head
   static constexpr bool kScaled = false;
+  static constexpr bool kNibbles = false;
   static const T* Values(const uint8_t* head, size_t start) {
     return reinterpret_cast<const T*>(head) + start;
   }
@@ -51,6 +54,7 @@ struct KvF16Format {
   using T = hwy::float16_t;
   static constexpr size_t kBlock = ~size_t{0};
   static constexpr bool kScaled = false;
+  static constexpr bool kNibbles = false;
   static const T* Values(const uint8_t* head, size_t start) {
     return reinterpret_cast<const T*>(head) + start;
   }
@@ -60,6 +64,7 @@ struct KvQ8_0Format {
   using T = int8_t;
   static constexpr size_t kBlock = kQ8_0Elems;
   static constexpr bool kScaled = true;
+  static constexpr bool kNibbles = false;
   static const T* Values(const uint8_t* head, size_t start) {
     return reinterpret_cast<const T*>(head + (start / kBlock) * sizeof(BlockQ8_0) + 2 +
                                       start % kBlock);
@@ -67,6 +72,22 @@ struct KvQ8_0Format {
   static float Scale(const uint8_t* head, size_t start) {
     uint16_t bits;
     std::memcpy(&bits, head + (start / kBlock) * sizeof(BlockQ8_0), 2);
+    return HalfBitsToFloat(bits);
+  }
+};
+struct KvQ4_0Format {
+  static constexpr size_t kBlock = kQ4_0Elems;
+  static constexpr bool kScaled = true;
+  static constexpr bool kNibbles = true;
+  // The byte holding element e: byte e % 16 of its block, in the low nibble
+  // for the block's first 16 elements and the high one for the rest.
+  static const uint8_t* Bytes(const uint8_t* head, size_t e) {
+    return head + (e / kBlock) * sizeof(BlockQ4_0) + 2 + e % (kBlock / 2);
+  }
+  static bool High(size_t e) { return e % kBlock >= kBlock / 2; }
+  static float Scale(const uint8_t* head, size_t start) {
+    uint16_t bits;
+    std::memcpy(&bits, head + (start / kBlock) * sizeof(BlockQ4_0), 2);
     return HalfBitsToFloat(bits);
   }
 };
@@ -94,8 +115,56 @@ HWY_INLINE hn::Vec<DF> LoadWidenedTail(DF df, const T* HWY_RESTRICT p, size_t co
   return LoadWidened(df, buf);
 }
 
+// Q4_0 elements e .. e + count - 1 (within one block) as (nibble - 8), one
+// at a time into `out`.
+HWY_INLINE void NibblesMinus8(const uint8_t* HWY_RESTRICT head, size_t e, size_t count,
+                              float* HWY_RESTRICT out) {
+  for (size_t i = 0; i < count; ++i) {
+    const uint8_t byte = *KvQ4_0Format::Bytes(head, e + i);
+    const int q = KvQ4_0Format::High(e + i) ? byte >> 4 : byte & 15;
+    out[i] = static_cast<float>(q - 8);
+  }
+}
+
+// The stored values e .. e + lanes - 1 widened to f32 (unscaled). A vector
+// starts at a multiple of its lane count and never straddles a block; one
+// of up to 16 lanes stays within one half of a Q4_0 block, so its nibbles
+// are all low or all high (wider vectors, a whole block, are unpacked one
+// value at a time).
+template <class Format, class DF>
+HWY_INLINE hn::Vec<DF> LoadStored(DF df, const uint8_t* HWY_RESTRICT head, size_t e) {
+  if constexpr (Format::kNibbles) {
+    if (hn::Lanes(df) > Format::kBlock / 2) {
+      HWY_ALIGN float buf[Format::kBlock];
+      NibblesMinus8(head, e, hn::Lanes(df), buf);
+      return hn::Load(df, buf);
+    }
+    const hn::RebindToSigned<DF> di32;
+    const hn::RebindToUnsigned<DF> du32;
+    const auto bytes =
+        hn::BitCast(di32, hn::PromoteTo(du32, hn::LoadU(hn::Rebind<uint8_t, DF>(), Format::Bytes(head, e))));
+    const auto nibbles = Format::High(e) ? hn::ShiftRight<4>(bytes) : hn::And(bytes, hn::Set(di32, 15));
+    return hn::ConvertTo(df, hn::Sub(nibbles, hn::Set(di32, 8)));
+  } else {
+    return LoadWidened(df, Format::Values(head, e));
+  }
+}
+// The first `count` (< lanes) values from e, the other lanes zero.
+template <class Format, class DF>
+HWY_INLINE hn::Vec<DF> LoadStoredTail(DF df, const uint8_t* HWY_RESTRICT head, size_t e,
+                                      size_t count) {
+  if constexpr (Format::kNibbles) {
+    HWY_ALIGN float buf[HWY_MAX_BYTES / sizeof(float)] = {};
+    NibblesMinus8(head, e, count, buf);
+    return hn::Load(df, buf);
+  } else {
+    return LoadWidenedTail(df, Format::Values(head, e), count);
+  }
+}
+
 // dot(q, head) for a stored head. Vectors never straddle a block: the
-// caller's tag holds at most 32 lanes, which divides the Q8_0 block.
+// caller's tag holds at most 32 lanes, which divides the Q8_0 and Q4_0
+// blocks.
 template <class Format, class DF>
 HWY_INLINE float DotStored(DF df, const float* HWY_RESTRICT q,
                            const uint8_t* HWY_RESTRICT head, size_t head_dim) {
@@ -103,22 +172,22 @@ HWY_INLINE float DotStored(DF df, const float* HWY_RESTRICT q,
   auto total0 = hn::Zero(df), total1 = hn::Zero(df);
   for (size_t start = 0; start < head_dim;) {
     const size_t len = std::min(Format::kBlock, head_dim - start);
-    const typename Format::T* values = Format::Values(head, start);
     const float* qs = q + start;
     // Two chains so consecutive multiply-adds do not wait on each other.
     auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
     size_t i = 0;
     for (; i + 2 * N <= len; i += 2 * N) {
-      acc0 = hn::MulAdd(hn::LoadU(df, qs + i), LoadWidened(df, values + i), acc0);
-      acc1 = hn::MulAdd(hn::LoadU(df, qs + i + N), LoadWidened(df, values + i + N), acc1);
+      acc0 = hn::MulAdd(hn::LoadU(df, qs + i), LoadStored<Format>(df, head, start + i), acc0);
+      acc1 = hn::MulAdd(hn::LoadU(df, qs + i + N), LoadStored<Format>(df, head, start + i + N),
+                        acc1);
     }
     if (i + N <= len) {
-      acc0 = hn::MulAdd(hn::LoadU(df, qs + i), LoadWidened(df, values + i), acc0);
+      acc0 = hn::MulAdd(hn::LoadU(df, qs + i), LoadStored<Format>(df, head, start + i), acc0);
       i += N;
     }
     if (i < len) {
-      acc1 = hn::MulAdd(LoadTail(df, qs + i, len - i), LoadWidenedTail(df, values + i, len - i),
-                        acc1);
+      acc1 = hn::MulAdd(LoadTail(df, qs + i, len - i),
+                        LoadStoredTail<Format>(df, head, start + i, len - i), acc1);
     }
     if constexpr (Format::kScaled) {
       const auto s = hn::Set(df, Format::Scale(head, start));
@@ -161,20 +230,20 @@ HWY_INLINE void WeightedSumStored(DF df, const float* HWY_RESTRICT p,
           const float s01 = Format::Scale(head, j);
           const float s23 = 4 * N <= Format::kBlock ? s01 : Format::Scale(head, j + 2 * N);
           const auto c01 = hn::Set(df, p[t] * s01), c23 = hn::Set(df, p[t] * s23);
-          o0 = hn::MulAdd(c01, LoadWidened(df, Format::Values(head, j)), o0);
-          o1 = hn::MulAdd(c01, LoadWidened(df, Format::Values(head, j + N)), o1);
-          o2 = hn::MulAdd(c23, LoadWidened(df, Format::Values(head, j + 2 * N)), o2);
-          o3 = hn::MulAdd(c23, LoadWidened(df, Format::Values(head, j + 3 * N)), o3);
+          o0 = hn::MulAdd(c01, LoadStored<Format>(df, head, j), o0);
+          o1 = hn::MulAdd(c01, LoadStored<Format>(df, head, j + N), o1);
+          o2 = hn::MulAdd(c23, LoadStored<Format>(df, head, j + 2 * N), o2);
+          o3 = hn::MulAdd(c23, LoadStored<Format>(df, head, j + 3 * N), o3);
           continue;
         }
         o0 = hn::MulAdd(Coefficient<Format>(df, p[t], head, j),
-                        LoadWidened(df, Format::Values(head, j)), o0);
+                        LoadStored<Format>(df, head, j), o0);
         o1 = hn::MulAdd(Coefficient<Format>(df, p[t], head, j + N),
-                        LoadWidened(df, Format::Values(head, j + N)), o1);
+                        LoadStored<Format>(df, head, j + N), o1);
         o2 = hn::MulAdd(Coefficient<Format>(df, p[t], head, j + 2 * N),
-                        LoadWidened(df, Format::Values(head, j + 2 * N)), o2);
+                        LoadStored<Format>(df, head, j + 2 * N), o2);
         o3 = hn::MulAdd(Coefficient<Format>(df, p[t], head, j + 3 * N),
-                        LoadWidened(df, Format::Values(head, j + 3 * N)), o3);
+                        LoadStored<Format>(df, head, j + 3 * N), o3);
       } else {
         const typename Format::T* row = Format::Values(head, j);
         const auto c = hn::Set(df, p[t]);
@@ -193,8 +262,7 @@ HWY_INLINE void WeightedSumStored(DF df, const float* HWY_RESTRICT p,
     auto o = hn::Zero(df);
     for (size_t t = 0; t < n_pos; ++t) {
       const uint8_t* head = v + t * stride;
-      o = hn::MulAdd(Coefficient<Format>(df, p[t], head, j),
-                     LoadWidened(df, Format::Values(head, j)), o);
+      o = hn::MulAdd(Coefficient<Format>(df, p[t], head, j), LoadStored<Format>(df, head, j), o);
     }
     hn::StoreU(o, df, out + j);
   }
@@ -204,7 +272,7 @@ HWY_INLINE void WeightedSumStored(DF df, const float* HWY_RESTRICT p,
     for (size_t t = 0; t < n_pos; ++t) {
       const uint8_t* head = v + t * stride;
       o = hn::MulAdd(Coefficient<Format>(df, p[t], head, j),
-                     LoadWidenedTail(df, Format::Values(head, j), rest), o);
+                     LoadStoredTail<Format>(df, head, j, rest), o);
     }
     StoreTail(df, o, out + j, rest);
   }
@@ -226,7 +294,7 @@ HWY_INLINE void ScoresStored(DF d, const float* HWY_RESTRICT q, const uint8_t* H
 }
 
 // The three passes with vectors of the tag d (at most 32 lanes, so no
-// vector straddles a Q8_0 block). The scores are instantiated per key
+// vector straddles a Q8_0 or Q4_0 block). The scores are instantiated per key
 // format and the weighted sum per value format, not per pair of them.
 template <class DF>
 HWY_INLINE void AttentionHeadTagged(DF d, const float* HWY_RESTRICT q, KvType k_type,
@@ -244,6 +312,9 @@ HWY_INLINE void AttentionHeadTagged(DF d, const float* HWY_RESTRICT q, KvType k_
     case KvType::kQ8_0:
       ScoresStored<KvQ8_0Format>(d, q, k, k_stride, n_pos, head_dim, scale, scratch);
       break;
+    case KvType::kQ4_0:
+      ScoresStored<KvQ4_0Format>(d, q, k, k_stride, n_pos, head_dim, scale, scratch);
+      break;
   }
   SoftmaxImpl(scratch, n_pos);
   switch (v_type) {
@@ -253,6 +324,8 @@ HWY_INLINE void AttentionHeadTagged(DF d, const float* HWY_RESTRICT q, KvType k_
       return WeightedSumStored<KvF16Format>(d, scratch, v, v_stride, n_pos, head_dim, out);
     case KvType::kQ8_0:
       return WeightedSumStored<KvQ8_0Format>(d, scratch, v, v_stride, n_pos, head_dim, out);
+    case KvType::kQ4_0:
+      return WeightedSumStored<KvQ4_0Format>(d, scratch, v, v_stride, n_pos, head_dim, out);
   }
 }
 

@@ -52,6 +52,11 @@ size_t KvHeadBytes(KvType type, size_t head_dim) {
       return head_dim * sizeof(uint16_t);
     case KvType::kQ8_0:
       return head_dim + 2 * ((head_dim + kQ8_0Elems - 1) / kQ8_0Elems);
+    case KvType::kQ4_0: {
+      const size_t rest = head_dim % kQ4_0Elems;
+      return head_dim / kQ4_0Elems * sizeof(BlockQ4_0) +
+             (rest == 0 ? 0 : 2 + std::min(rest, kQ4_0Elems / 2));
+    }
   }
   return 0;
 }
@@ -70,6 +75,22 @@ static void StoreQ8_0Head(const float* src, size_t head_dim, uint8_t* dst) {
   }
 }
 
+// Q4_0 likewise: a short block is padded with zeros (which do not change
+// the value of largest magnitude), quantized, and its bytes past the values
+// it holds dropped (their high nibbles are padding).
+static void StoreQ4_0Head(const float* src, size_t head_dim, uint8_t* dst) {
+  for (size_t start = 0; start < head_dim; start += kQ4_0Elems) {
+    const size_t len = std::min(kQ4_0Elems, head_dim - start);
+    float padded[kQ4_0Elems] = {};
+    std::memcpy(padded, src + start, len * sizeof(float));
+    uint8_t block[sizeof(BlockQ4_0)];
+    QuantizeRow(TensorType::kQ4_0, padded, kQ4_0Elems, block);
+    const size_t bytes = 2 + std::min(len, kQ4_0Elems / 2);
+    std::memcpy(dst, block, bytes);
+    dst += bytes;
+  }
+}
+
 void StoreKvHeads(KvType type, const float* src, size_t n_heads, size_t head_dim,
                   void* dst) {
   auto* out = static_cast<uint8_t*>(dst);
@@ -83,6 +104,13 @@ void StoreKvHeads(KvType type, const float* src, size_t n_heads, size_t head_dim
       const size_t bytes = KvHeadBytes(type, head_dim);
       for (size_t h = 0; h < n_heads; ++h) {
         StoreQ8_0Head(src + h * head_dim, head_dim, out + h * bytes);
+      }
+      return;
+    }
+    case KvType::kQ4_0: {
+      const size_t bytes = KvHeadBytes(type, head_dim);
+      for (size_t h = 0; h < n_heads; ++h) {
+        StoreQ4_0Head(src + h * head_dim, head_dim, out + h * bytes);
       }
       return;
     }
@@ -112,6 +140,20 @@ void LoadKvHead(KvType type, const void* src, size_t head_dim, float* dst) {
           dst[start + i] = d * static_cast<float>(static_cast<int8_t>(in[2 + i]));
         }
         in += 2 + len;
+      }
+      return;
+    case KvType::kQ4_0:
+      for (size_t start = 0; start < head_dim; start += kQ4_0Elems) {
+        const size_t len = std::min(kQ4_0Elems, head_dim - start);
+        uint16_t bits;
+        std::memcpy(&bits, in, 2);
+        const float d = F16ToF32(bits);
+        for (size_t i = 0; i < len; ++i) {
+          const uint8_t byte = in[2 + i % 16];
+          const int q = i < 16 ? byte & 15 : byte >> 4;
+          dst[start + i] = d * static_cast<float>(q - 8);
+        }
+        in += 2 + std::min(len, kQ4_0Elems / 2);
       }
       return;
   }

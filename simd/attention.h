@@ -13,18 +13,25 @@ namespace sparrow::simd {
 //   q, x = d * q), the last block shorter when head_dim is not a multiple
 //   of 32 (its scale still comes first). With head_dim a multiple of 32 a
 //   head is exactly ggml's Q8_0 row.
-enum class KvType : uint8_t { kF32, kF16, kQ8_0 };
+// - kQ4_0: ggml's Q4_0 blocks (an f16 scale d, then 16 bytes: byte i holds
+//   element i in its low nibble and element i + 16 in its high one, x =
+//   d * (nibble - 8)). A short last block of L values keeps min(L, 16) bytes
+//   (its high nibbles past L are 8, i.e. zero). With head_dim a multiple of
+//   32 a head is exactly ggml's Q4_0 row.
+enum class KvType : uint8_t { kF32, kF16, kQ8_0, kQ4_0 };
 
 // Bytes of one head of head_dim values.
 size_t KvHeadBytes(KvType type, size_t head_dim);
 
 // Stores n_heads consecutive heads of head_dim floats from `src` into `dst`
-// (n_heads * KvHeadBytes bytes). F16 rounds to nearest even; Q8_0 picks the
-// scale and rounds as ggml's quantizer does (d = absmax / 127, q rounded
-// half away from zero), so a head of 32k values is bit-equal to ggml's.
+// (n_heads * KvHeadBytes bytes). F16 rounds to nearest even; Q8_0 and Q4_0
+// pick the scale and round as ggml's quantizers do (Q8_0: d = absmax / 127,
+// q rounded half away from zero; Q4_0: d = the value of largest magnitude
+// / -8), so a head of 32k values is bit-equal to ggml's.
 void StoreKvHeads(KvType type, const float* src, size_t n_heads,
                   size_t head_dim, void* dst);
-// One stored head back to f32 (exact for f32/f16; d * q for Q8_0).
+// One stored head back to f32 (exact for f32/f16; d * q for Q8_0 and
+// d * (q - 8) for Q4_0).
 void LoadKvHead(KvType type, const void* src, size_t head_dim, float* dst);
 
 // The keys (or values) of one head for every position: position t's head
@@ -36,8 +43,8 @@ struct KvRows {
 };
 
 // Computes s_t = scale * dot(q, k_t) for t < n_pos, p = softmax(s),
-// out = sum_t p_t v_t, reading K and V in their stored types (f16 and Q8_0
-// are widened to f32 in registers; products and sums are f32). `scratch`
+// out = sum_t p_t v_t, reading K and V in their stored types (f16, Q8_0 and
+// Q4_0 are widened to f32 in registers; products and sums are f32). `scratch`
 // holds n_pos floats and ends up holding p. With n_pos == 0, out is all
 // zeros. `out` must not overlap the inputs.
 void AttentionHead(const float* q, const KvRows& k, const KvRows& v,

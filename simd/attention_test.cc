@@ -192,10 +192,16 @@ TEST_CASE("AttentionHead: equal keys average V; a dominant key selects its V") {
   });
 }
 
-constexpr KvType kStoredTypes[] = {KvType::kF32, KvType::kF16, KvType::kQ8_0};
+constexpr KvType kStoredTypes[] = {KvType::kF32, KvType::kF16, KvType::kQ8_0, KvType::kQ4_0};
 
 const char* Name(KvType type) {
-  return type == KvType::kF32 ? "f32" : type == KvType::kF16 ? "f16" : "q8_0";
+  switch (type) {
+    case KvType::kF32: return "f32";
+    case KvType::kF16: return "f16";
+    case KvType::kQ8_0: return "q8_0";
+    case KvType::kQ4_0: return "q4_0";
+  }
+  return "?";
 }
 
 // A cache of one type laid out like the engine's: each position's row holds
@@ -236,6 +242,11 @@ TEST_CASE("KvHeadBytes: f32, f16, and Q8_0 blocks with a short last block") {
   CHECK(KvHeadBytes(KvType::kQ8_0, 8) == 10);    // one short block
   CHECK(KvHeadBytes(KvType::kQ8_0, 40) == 44);   // 34 + (2 + 8)
   CHECK(KvHeadBytes(KvType::kQ8_0, 128) == 136);
+  CHECK(KvHeadBytes(KvType::kQ4_0, 64) == 36);   // two ggml blocks of 18
+  CHECK(KvHeadBytes(KvType::kQ4_0, 8) == 10);    // low nibbles of 8 bytes
+  CHECK(KvHeadBytes(KvType::kQ4_0, 17) == 18);   // all 16 bytes, one high nibble used
+  CHECK(KvHeadBytes(KvType::kQ4_0, 40) == 28);   // 18 + (2 + 8)
+  CHECK(KvHeadBytes(KvType::kQ4_0, 128) == 72);
 }
 
 TEST_CASE("StoreKvHeads: f16 rounds each value; Q8_0 is ggml's block; LoadKvHead inverts") {
@@ -285,11 +296,47 @@ TEST_CASE("StoreKvHeads: f16 rounds each value; Q8_0 is ggml's block; LoadKvHead
         CHECK(std::equal(ggml.begin(), ggml.end(), q8.begin() + h * q8_bytes));
       }
     }
+    // Q4_0: each value within half a step of its block's scale, the value
+    // of largest magnitude / -8 (as an f16), which itself comes back
+    // exactly as -8 steps; values of the other sign past 7.5 steps are cut
+    // to 7 (within a step).
+    const size_t q4_bytes = KvHeadBytes(KvType::kQ4_0, head_dim);
+    std::vector<uint8_t> q4(n_heads * q4_bytes + 1, 0xCD);
+    StoreKvHeads(KvType::kQ4_0, src.data(), n_heads, head_dim, q4.data());
+    CHECK(q4.back() == 0xCD);  // nothing written past the heads
+    for (size_t h = 0; h < n_heads; ++h) {
+      const float* x = src.data() + h * head_dim;
+      LoadKvHead(KvType::kQ4_0, q4.data() + h * q4_bytes, head_dim, back.data());
+      for (size_t start = 0; start < head_dim; start += 32) {
+        const size_t len = std::min<size_t>(32, head_dim - start);
+        float amax = 0.0f, max = 0.0f;
+        for (size_t i = 0; i < len; ++i) {
+          if (std::fabs(x[start + i]) > amax) {
+            amax = std::fabs(x[start + i]);
+            max = x[start + i];
+          }
+        }
+        const float d = F16ToF32(F32ToF16(max / -8.0f));
+        for (size_t i = 0; i < len; ++i) {
+          CAPTURE(i);
+          const bool cut = x[start + i] / (max / -8.0f) >= 7.5f;
+          CHECK(std::fabs(back[start + i] - x[start + i]) <=
+                (cut ? 1.0f : 0.5f) * std::fabs(d) + 0.002f * amax);
+          if (cut) CHECK(back[start + i] == 7.0f * d);
+          if (x[start + i] == max) CHECK(back[start + i] == -8.0f * d);
+        }
+      }
+      if (head_dim % 32 == 0) {
+        std::vector<uint8_t> ggml(q4_bytes);
+        QuantizeRow(TensorType::kQ4_0, x, head_dim, ggml.data());
+        CHECK(std::equal(ggml.begin(), ggml.end(), q4.begin() + h * q4_bytes));
+      }
+    }
   }
 }
 
-TEST_CASE("AttentionHead on f32, f16 and Q8_0 caches matches double-precision attention") {
-  const size_t kHeadDims[] = {1, 8, 17, 32, 40, 64, 128};
+TEST_CASE("AttentionHead on f32, f16, Q8_0 and Q4_0 caches matches double-precision attention") {
+  const size_t kHeadDims[] = {1, 8, 17, 24, 32, 40, 56, 64, 128};
   const size_t kPositions[] = {1, 3, 17, 100};
   ForEachTarget([&](const Target& target) {
     for (KvType kt : kStoredTypes) {
@@ -334,8 +381,8 @@ TEST_CASE("AttentionHead on f32, f16 and Q8_0 caches matches double-precision at
 
 TEST_CASE("AttentionHead: a quantized cache stays close to the f32 answer") {
   // What the storage costs in accuracy, on attention-like data: f16 keeps
-  // ~3 decimal digits, Q8_0 ~2 (per value: 2^-11 and 1/254 of the block's
-  // absmax).
+  // ~3 decimal digits, Q8_0 ~2, Q4_0 ~1 (per value: 2^-11, 1/254 and 1/16
+  // of the block's absmax).
   const size_t head_dim = 64, n_pos = 200;
   const std::vector<float> keys = Normal(n_pos * head_dim, 101);
   const std::vector<float> values = Normal(n_pos * head_dim, 102);
@@ -346,7 +393,7 @@ TEST_CASE("AttentionHead: a quantized cache stays close to the f32 answer") {
   const StoredCache v32 = Store(KvType::kF32, values, n_pos, head_dim);
   AttentionHeadReference(q.data(), k32.Rows(), v32.Rows(), n_pos, head_dim, scale,
                          scratch.data(), exact.data());
-  for (KvType type : {KvType::kF16, KvType::kQ8_0}) {
+  for (KvType type : {KvType::kF16, KvType::kQ8_0, KvType::kQ4_0}) {
     CAPTURE(Name(type));
     const StoredCache k = Store(type, keys, n_pos, head_dim);
     const StoredCache v = Store(type, values, n_pos, head_dim);
@@ -357,7 +404,7 @@ TEST_CASE("AttentionHead: a quantized cache stays close to the f32 answer") {
       max_err = std::max(max_err, std::fabs(double{out[j]} - exact[j]));
       max_abs = std::max(max_abs, std::fabs(double{exact[j]}));
     }
-    CHECK(max_err <= (type == KvType::kF16 ? 2e-3 : 3e-2) * max_abs);
+    CHECK(max_err <= (type == KvType::kF16 ? 2e-3 : type == KvType::kQ8_0 ? 3e-2 : 2e-1) * max_abs);
     CHECK(max_err > 0.0);  // the storage did round something
   }
 }

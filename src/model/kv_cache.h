@@ -1,5 +1,5 @@
 // Keys and values of every layer for positions [0, n_ctx), each in its own
-// storage type (f32, f16 or Q8_0, simd/attention.h), laid out
+// storage type (f32, f16, Q8_0 or Q4_0, simd/attention.h), laid out
 // [layer][position][kv_head] so one head's keys are a strided run of rows.
 #pragma once
 
@@ -23,6 +23,7 @@ inline constexpr KvTypeInfo kKvTypes[] = {
     {simd::KvType::kF16, "f16"},
     {simd::KvType::kF32, "f32"},
     {simd::KvType::kQ8_0, "q8_0"},
+    {simd::KvType::kQ4_0, "q4_0"},
 };
 const char* KvTypeName(simd::KvType type);
 // InputError naming the choices for anything else; `flag` starts the message.
