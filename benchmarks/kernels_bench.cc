@@ -87,8 +87,8 @@ int main(int argc, char** argv) {
   const std::vector<float> x = Normal(kDim, 2), w = Normal(kDim, 3);
   const std::vector<float> gate = Normal(kFfn, 4), up = Normal(kFfn, 5);
   const std::vector<float> kv = Normal(kCtx * kHeadDim * 8, 6);
-  const std::vector<float> q = Normal(kHeadDim, 7);
-  std::vector<float> buf(kVocab), out(kFfn), scratch(kCtx);
+  const std::vector<float> q = Normal(kHeadDim, 7), q4 = Normal(4 * kHeadDim, 9);
+  std::vector<float> buf(kVocab), out(kFfn), scratch(kCtx), scratch4(4 * kCtx);
   std::vector<float> heads = Normal(kHeads * kHeadDim, 8);
   std::vector<float> cs(kHeadDim / 2), sn(kHeadDim / 2);
   RopeAngles(1000.0f, kHeadDim, 10000.0f, cs.data(), sn.data());
@@ -136,6 +136,29 @@ int main(int argc, char** argv) {
     add(std::string("AttentionHead ") + c.name + " hd=128 n_pos=2048",
         [&, keys, values] { AttentionHead(q.data(), keys, values, kCtx, kHeadDim, 0.088f, scratch.data(), out.data()); },
         [&, keys, values] { AttentionHeadReference(q.data(), keys, values, kCtx, kHeadDim, 0.088f, scratch.data(), out.data()); });
+    // Four query heads of one KV head (grouped-query attention): one pass
+    // over the rows against four AttentionHead calls (the "reference"
+    // column here).
+    AttentionQueries group;
+    group.q = q4.data();
+    group.q_stride = kHeadDim;
+    group.n_queries = 4;
+    group.k = keys;
+    group.v = values;
+    group.n_pos = kCtx;
+    group.head_dim = kHeadDim;
+    group.scale = 0.088f;
+    group.scratch = scratch4.data();
+    group.out = out.data();
+    group.out_stride = kHeadDim;
+    add(std::string("AttentionGroup 4 queries vs 4 heads ") + c.name + " hd=128 n_pos=2048",
+        [group] { AttentionGroup(group); },
+        [&, keys, values] {
+          for (size_t g = 0; g < 4; ++g) {
+            AttentionHead(q4.data() + g * kHeadDim, keys, values, kCtx, kHeadDim, 0.088f,
+                          scratch.data(), out.data() + g * kHeadDim);
+          }
+        });
   }
   add("Dot n=4096", [&] { sink = sink + static_cast<size_t>(Dot(x.data(), w.data(), kDim)); },
       [&] { sink = sink + static_cast<size_t>(DotReference(x.data(), w.data(), kDim)); });

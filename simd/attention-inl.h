@@ -1,4 +1,4 @@
-// Per-target attention of one query head over a KV cache (attention.h).
+// Per-target attention of query heads over a KV cache (attention.h).
 //
 // Three passes, as llama.cpp's CPU path does for one head: scores
 // s_t = dot(q, k_t) * scale, softmax over t (softmax-inl.h: f32 exp, double
@@ -162,170 +162,228 @@ HWY_INLINE hn::Vec<DF> LoadStoredTail(DF df, const uint8_t* HWY_RESTRICT head, s
   }
 }
 
-// dot(q, head) for a stored head. Vectors never straddle a block: the
+// Up to four queries that read the same K and V rows (the query heads of one
+// KV head under grouped-query attention) share each pass over them: a row is
+// read, widened and scaled once for all of them, so decoding at long
+// contexts reads the cache once per group of four heads, not once per head.
+// Each query's arithmetic is its own (its own chains, the same operations
+// whatever the other queries are), so its result does not depend on how the
+// heads were grouped.
+
+// a_g += q_g[e ...] * w for the kQ queries (q_g = q + g * q_stride).
+template <size_t kQ, class DF, class V>
+HWY_INLINE void QueriesMulAdd(DF df, const float* HWY_RESTRICT q, size_t q_stride, size_t e, V w,
+                              V& a0, V& a1, V& a2, V& a3) {
+  a0 = hn::MulAdd(hn::LoadU(df, q + e), w, a0);
+  if constexpr (kQ > 1) a1 = hn::MulAdd(hn::LoadU(df, q + q_stride + e), w, a1);
+  if constexpr (kQ > 2) a2 = hn::MulAdd(hn::LoadU(df, q + 2 * q_stride + e), w, a2);
+  if constexpr (kQ > 3) a3 = hn::MulAdd(hn::LoadU(df, q + 3 * q_stride + e), w, a3);
+}
+// The same for the last `count` (< lanes) elements.
+template <size_t kQ, class DF, class V>
+HWY_INLINE void QueriesMulAddTail(DF df, const float* HWY_RESTRICT q, size_t q_stride, size_t e,
+                                  size_t count, V w, V& a0, V& a1, V& a2, V& a3) {
+  a0 = hn::MulAdd(LoadTail(df, q + e, count), w, a0);
+  if constexpr (kQ > 1) a1 = hn::MulAdd(LoadTail(df, q + q_stride + e, count), w, a1);
+  if constexpr (kQ > 2) a2 = hn::MulAdd(LoadTail(df, q + 2 * q_stride + e, count), w, a2);
+  if constexpr (kQ > 3) a3 = hn::MulAdd(LoadTail(df, q + 3 * q_stride + e, count), w, a3);
+}
+
+// scores[g * n_pos + t] = scale * dot(q_g, k_t) for g < kQ, t < n_pos. A
+// key's block is widened and multiplied by its scale once; each query sums
+// its products in one chain per key. Vectors never straddle a block: the
 // caller's tag holds at most 32 lanes, which divides the Q8_0 and Q4_0
 // blocks.
-template <class Format, class DF>
-HWY_INLINE float DotStored(DF df, const float* HWY_RESTRICT q,
-                           const uint8_t* HWY_RESTRICT head, size_t head_dim) {
+template <class Format, size_t kQ, class DF>
+HWY_INLINE void ScoresGroup(DF df, const float* HWY_RESTRICT q, size_t q_stride,
+                            const uint8_t* HWY_RESTRICT k, size_t k_stride, size_t n_pos,
+                            size_t head_dim, float scale, float* HWY_RESTRICT scores) {
   const size_t N = hn::Lanes(df);
-  auto total0 = hn::Zero(df), total1 = hn::Zero(df);
-  for (size_t start = 0; start < head_dim;) {
-    const size_t len = std::min(Format::kBlock, head_dim - start);
-    const float* qs = q + start;
-    // Two chains so consecutive multiply-adds do not wait on each other.
-    auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
-    size_t i = 0;
-    for (; i + 2 * N <= len; i += 2 * N) {
-      acc0 = hn::MulAdd(hn::LoadU(df, qs + i), LoadStored<Format>(df, head, start + i), acc0);
-      acc1 = hn::MulAdd(hn::LoadU(df, qs + i + N), LoadStored<Format>(df, head, start + i + N),
-                        acc1);
-    }
-    if (i + N <= len) {
-      acc0 = hn::MulAdd(hn::LoadU(df, qs + i), LoadStored<Format>(df, head, start + i), acc0);
-      i += N;
-    }
-    if (i < len) {
-      acc1 = hn::MulAdd(LoadTail(df, qs + i, len - i),
-                        LoadStoredTail<Format>(df, head, start + i, len - i), acc1);
-    }
-    if constexpr (Format::kScaled) {
+  for (size_t t = 0; t < n_pos; ++t) {
+    const uint8_t* head = k + t * k_stride;
+    auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+    for (size_t start = 0; start < head_dim;) {
+      const size_t len = std::min(Format::kBlock, head_dim - start);
       const auto s = hn::Set(df, Format::Scale(head, start));
-      total0 = hn::MulAdd(s, acc0, total0);
-      total1 = hn::MulAdd(s, acc1, total1);
-    } else {
-      total0 = hn::Add(total0, acc0);
-      total1 = hn::Add(total1, acc1);
+      size_t i = 0;
+      for (; i + N <= len; i += N) {
+        auto w = LoadStored<Format>(df, head, start + i);
+        if constexpr (Format::kScaled) w = hn::Mul(w, s);
+        QueriesMulAdd<kQ>(df, q, q_stride, start + i, w, a0, a1, a2, a3);
+      }
+      if (i < len) {
+        auto w = LoadStoredTail<Format>(df, head, start + i, len - i);
+        if constexpr (Format::kScaled) w = hn::Mul(w, s);
+        QueriesMulAddTail<kQ>(df, q, q_stride, start + i, len - i, w, a0, a1, a2, a3);
+      }
+      start += len;
     }
-    start += len;
+    scores[t] = hn::GetLane(hn::SumOfLanes(df, a0)) * scale;
+    if constexpr (kQ > 1) scores[n_pos + t] = hn::GetLane(hn::SumOfLanes(df, a1)) * scale;
+    if constexpr (kQ > 2) scores[2 * n_pos + t] = hn::GetLane(hn::SumOfLanes(df, a2)) * scale;
+    if constexpr (kQ > 3) scores[3 * n_pos + t] = hn::GetLane(hn::SumOfLanes(df, a3)) * scale;
   }
-  return hn::GetLane(hn::SumOfLanes(df, hn::Add(total0, total1)));
 }
 
-// Coefficient of the value vector at element e of a stored head.
-template <class Format, class DF>
-HWY_INLINE hn::Vec<DF> Coefficient(DF df, float p, const uint8_t* head, size_t e) {
-  if constexpr (Format::kScaled) return hn::Set(df, p * Format::Scale(head, e));
-  return hn::Set(df, p);
+// o_v += c * w_v for the kV vectors of one query.
+template <size_t kV, class V>
+HWY_INLINE void AxpyVectors(V c, V w0, V w1, V w2, V w3, V& o0, V& o1, V& o2, V& o3) {
+  o0 = hn::MulAdd(c, w0, o0);
+  if constexpr (kV > 1) o1 = hn::MulAdd(c, w1, o1);
+  if constexpr (kV > 2) o2 = hn::MulAdd(c, w2, o2);
+  if constexpr (kV > 3) o3 = hn::MulAdd(c, w3, o3);
 }
-
-// out = sum_t p_t v_t over stored heads at v + t * stride.
-template <class Format, class DF>
-HWY_INLINE void WeightedSumStored(DF df, const float* HWY_RESTRICT p,
-                                  const uint8_t* HWY_RESTRICT v, size_t stride,
-                                  size_t n_pos, size_t head_dim,
-                                  float* HWY_RESTRICT out) {
+template <size_t kV, class DF, class V>
+HWY_INLINE void StoreVectors(DF df, V o0, V o1, V o2, V o3, float* HWY_RESTRICT out) {
   const size_t N = hn::Lanes(df);
-  size_t j = 0;
-  // Blocks of up to four vectors of `out` stay in registers across all
-  // positions; each V row is then read once per block.
-  for (; j + 4 * N <= head_dim; j += 4 * N) {
-    auto o0 = hn::Zero(df), o1 = hn::Zero(df), o2 = hn::Zero(df), o3 = hn::Zero(df);
-    for (size_t t = 0; t < n_pos; ++t) {
-      const uint8_t* head = v + t * stride;
-      if constexpr (Format::kScaled) {
-        if (2 * N <= Format::kBlock) {
-          // Vectors 0-1 share a block, as do 2-3 (all four when 4N <= 32):
-          // one scale per block, not per vector.
-          const float s01 = Format::Scale(head, j);
-          const float s23 = 4 * N <= Format::kBlock ? s01 : Format::Scale(head, j + 2 * N);
-          const auto c01 = hn::Set(df, p[t] * s01), c23 = hn::Set(df, p[t] * s23);
-          o0 = hn::MulAdd(c01, LoadStored<Format>(df, head, j), o0);
-          o1 = hn::MulAdd(c01, LoadStored<Format>(df, head, j + N), o1);
-          o2 = hn::MulAdd(c23, LoadStored<Format>(df, head, j + 2 * N), o2);
-          o3 = hn::MulAdd(c23, LoadStored<Format>(df, head, j + 3 * N), o3);
-          continue;
-        }
-        o0 = hn::MulAdd(Coefficient<Format>(df, p[t], head, j),
-                        LoadStored<Format>(df, head, j), o0);
-        o1 = hn::MulAdd(Coefficient<Format>(df, p[t], head, j + N),
-                        LoadStored<Format>(df, head, j + N), o1);
-        o2 = hn::MulAdd(Coefficient<Format>(df, p[t], head, j + 2 * N),
-                        LoadStored<Format>(df, head, j + 2 * N), o2);
-        o3 = hn::MulAdd(Coefficient<Format>(df, p[t], head, j + 3 * N),
-                        LoadStored<Format>(df, head, j + 3 * N), o3);
-      } else {
-        const typename Format::T* row = Format::Values(head, j);
-        const auto c = hn::Set(df, p[t]);
-        o0 = hn::MulAdd(c, LoadWidened(df, row), o0);
-        o1 = hn::MulAdd(c, LoadWidened(df, row + N), o1);
-        o2 = hn::MulAdd(c, LoadWidened(df, row + 2 * N), o2);
-        o3 = hn::MulAdd(c, LoadWidened(df, row + 3 * N), o3);
+  hn::StoreU(o0, df, out);
+  if constexpr (kV > 1) hn::StoreU(o1, df, out + N);
+  if constexpr (kV > 2) hn::StoreU(o2, df, out + 2 * N);
+  if constexpr (kV > 3) hn::StoreU(o3, df, out + 3 * N);
+}
+
+// out_g[j, j + kV * lanes) = sum_t p_g[t] v_t[...] for g < kQ (p_g = p +
+// g * n_pos, out_g = out + g * out_stride): the kQ * kV sums stay in
+// registers over all positions, and each value row's vectors are widened
+// once. The coefficient of a stored vector is p_g[t] times its block's
+// scale, rounded to f32 once.
+template <class Format, size_t kQ, size_t kV, class DF>
+HWY_INLINE void WeightedSumVectors(DF df, const float* HWY_RESTRICT p,
+                                   const uint8_t* HWY_RESTRICT v, size_t v_stride, size_t n_pos,
+                                   size_t j, float* HWY_RESTRICT out, size_t out_stride) {
+  const size_t N = hn::Lanes(df);
+  using V = hn::Vec<DF>;
+  V o00 = hn::Zero(df), o01 = o00, o02 = o00, o03 = o00, o10 = o00, o11 = o00, o12 = o00,
+    o13 = o00, o20 = o00, o21 = o00, o22 = o00, o23 = o00, o30 = o00, o31 = o00, o32 = o00,
+    o33 = o00;
+  // Vector i's block is the first's or starts with it (a vector never
+  // straddles one), so scales are read once per block.
+  const bool one_block = Format::kBlock / N >= kV && (j / N) % (Format::kBlock / N) + kV <=
+                                                          Format::kBlock / N;
+  for (size_t t = 0; t < n_pos; ++t) {
+    const uint8_t* head = v + t * v_stride;
+    const V w0 = LoadStored<Format>(df, head, j);
+    V w1 = w0, w2 = w0, w3 = w0;
+    if constexpr (kV > 1) w1 = LoadStored<Format>(df, head, j + N);
+    if constexpr (kV > 2) w2 = LoadStored<Format>(df, head, j + 2 * N);
+    if constexpr (kV > 3) w3 = LoadStored<Format>(df, head, j + 3 * N);
+    if constexpr (Format::kScaled) {
+      if (!one_block) {
+        // Vectors in different blocks: one query-vector product at a time.
+        const float s[4] = {Format::Scale(head, j), Format::Scale(head, j + N * (kV > 1)),
+                            Format::Scale(head, j + 2 * N * (kV > 2)),
+                            Format::Scale(head, j + 3 * N * (kV > 3))};
+        const float pt[4] = {p[t], p[(1 % kQ) * n_pos + t], p[(2 % kQ) * n_pos + t],
+                             p[(3 % kQ) * n_pos + t]};
+#define SPARROW_AXPY_Q(g)                                                        \
+  o##g##0 = hn::MulAdd(hn::Set(df, pt[g] * s[0]), w0, o##g##0);                 \
+  if constexpr (kV > 1) o##g##1 = hn::MulAdd(hn::Set(df, pt[g] * s[1]), w1, o##g##1); \
+  if constexpr (kV > 2) o##g##2 = hn::MulAdd(hn::Set(df, pt[g] * s[2]), w2, o##g##2); \
+  if constexpr (kV > 3) o##g##3 = hn::MulAdd(hn::Set(df, pt[g] * s[3]), w3, o##g##3);
+        SPARROW_AXPY_Q(0)
+        if constexpr (kQ > 1) { SPARROW_AXPY_Q(1) }
+        if constexpr (kQ > 2) { SPARROW_AXPY_Q(2) }
+        if constexpr (kQ > 3) { SPARROW_AXPY_Q(3) }
+#undef SPARROW_AXPY_Q
+        continue;
       }
     }
-    hn::StoreU(o0, df, out + j);
-    hn::StoreU(o1, df, out + j + N);
-    hn::StoreU(o2, df, out + j + 2 * N);
-    hn::StoreU(o3, df, out + j + 3 * N);
+    const float s = Format::Scale(head, j);  // 1 for unscaled formats
+    const auto coeff = [&](size_t g) HWY_ATTR {
+      const float pg = p[g * n_pos + t];
+      return hn::Set(df, Format::kScaled ? pg * s : pg);
+    };
+    AxpyVectors<kV>(coeff(0), w0, w1, w2, w3, o00, o01, o02, o03);
+    if constexpr (kQ > 1) AxpyVectors<kV>(coeff(1), w0, w1, w2, w3, o10, o11, o12, o13);
+    if constexpr (kQ > 2) AxpyVectors<kV>(coeff(2), w0, w1, w2, w3, o20, o21, o22, o23);
+    if constexpr (kQ > 3) AxpyVectors<kV>(coeff(3), w0, w1, w2, w3, o30, o31, o32, o33);
+  }
+  StoreVectors<kV>(df, o00, o01, o02, o03, out + j);
+  if constexpr (kQ > 1) StoreVectors<kV>(df, o10, o11, o12, o13, out + out_stride + j);
+  if constexpr (kQ > 2) StoreVectors<kV>(df, o20, o21, o22, o23, out + 2 * out_stride + j);
+  if constexpr (kQ > 3) StoreVectors<kV>(df, o30, o31, o32, o33, out + 3 * out_stride + j);
+}
+
+// All of out_g = sum_t p_g[t] v_t: four vectors per query at a time for one
+// or two queries, two for three or four (at most eight sums in registers),
+// then single vectors, then the last partial vector through a buffer.
+template <class Format, size_t kQ, class DF>
+HWY_INLINE void WeightedSumGroup(DF df, const float* HWY_RESTRICT p,
+                                 const uint8_t* HWY_RESTRICT v, size_t v_stride, size_t n_pos,
+                                 size_t head_dim, float* HWY_RESTRICT out, size_t out_stride) {
+  const size_t N = hn::Lanes(df);
+  constexpr size_t kV = kQ <= 2 ? 4 : 2;
+  size_t j = 0;
+  for (; j + kV * N <= head_dim; j += kV * N) {
+    WeightedSumVectors<Format, kQ, kV>(df, p, v, v_stride, n_pos, j, out, out_stride);
   }
   for (; j + N <= head_dim; j += N) {
-    auto o = hn::Zero(df);
-    for (size_t t = 0; t < n_pos; ++t) {
-      const uint8_t* head = v + t * stride;
-      o = hn::MulAdd(Coefficient<Format>(df, p[t], head, j), LoadStored<Format>(df, head, j), o);
-    }
-    hn::StoreU(o, df, out + j);
+    WeightedSumVectors<Format, kQ, 1>(df, p, v, v_stride, n_pos, j, out, out_stride);
   }
   if (j < head_dim) {
     const size_t rest = head_dim - j;
-    auto o = hn::Zero(df);
-    for (size_t t = 0; t < n_pos; ++t) {
-      const uint8_t* head = v + t * stride;
-      o = hn::MulAdd(Coefficient<Format>(df, p[t], head, j),
-                     LoadStoredTail<Format>(df, head, j, rest), o);
-    }
-    StoreTail(df, o, out + j, rest);
-  }
-}
-
-// scratch[t] = scale * dot(q, k_t) for t < n_pos.
-template <class KFormat, class DF>
-HWY_INLINE void ScoresStored(DF d, const float* HWY_RESTRICT q, const uint8_t* HWY_RESTRICT k,
-                             size_t k_stride, size_t n_pos, size_t head_dim, float scale,
-                             float* HWY_RESTRICT scratch) {
-  for (size_t t = 0; t < n_pos; ++t) {
-    const uint8_t* head = k + t * k_stride;
-    if constexpr (std::is_same_v<KFormat, KvF32Format>) {
-      scratch[t] = DotImpl(d, q, reinterpret_cast<const float*>(head), head_dim) * scale;
-    } else {
-      scratch[t] = DotStored<KFormat>(d, q, head, head_dim) * scale;
+    for (size_t g = 0; g < kQ; ++g) {
+      auto o = hn::Zero(df);
+      for (size_t t = 0; t < n_pos; ++t) {
+        const uint8_t* head = v + t * v_stride;
+        const float pg = p[g * n_pos + t];
+        const float c = Format::kScaled ? pg * Format::Scale(head, j) : pg;
+        o = hn::MulAdd(hn::Set(df, c), LoadStoredTail<Format>(df, head, j, rest), o);
+      }
+      StoreTail(df, o, out + g * out_stride + j, rest);
     }
   }
 }
 
-// The three passes with vectors of the tag d (at most 32 lanes, so no
-// vector straddles a Q8_0 or Q4_0 block). The scores are instantiated per key
-// format and the weighted sum per value format, not per pair of them.
+// The three passes for kQ queries with vectors of the tag d. The scores are
+// instantiated per key format and the weighted sum per value format, not
+// per pair of them.
+template <size_t kQ, class DF>
+HWY_INLINE void AttentionGroupTagged(DF d, const AttentionQueries& a) {
+  const auto* k = static_cast<const uint8_t*>(a.k.data);
+  const auto* v = static_cast<const uint8_t*>(a.v.data);
+  switch (a.k.type) {
+    case KvType::kF32:
+      ScoresGroup<KvF32Format, kQ>(d, a.q, a.q_stride, k, a.k.stride, a.n_pos, a.head_dim,
+                                   a.scale, a.scratch);
+      break;
+    case KvType::kF16:
+      ScoresGroup<KvF16Format, kQ>(d, a.q, a.q_stride, k, a.k.stride, a.n_pos, a.head_dim,
+                                   a.scale, a.scratch);
+      break;
+    case KvType::kQ8_0:
+      ScoresGroup<KvQ8_0Format, kQ>(d, a.q, a.q_stride, k, a.k.stride, a.n_pos, a.head_dim,
+                                    a.scale, a.scratch);
+      break;
+    case KvType::kQ4_0:
+      ScoresGroup<KvQ4_0Format, kQ>(d, a.q, a.q_stride, k, a.k.stride, a.n_pos, a.head_dim,
+                                    a.scale, a.scratch);
+      break;
+  }
+  for (size_t g = 0; g < kQ; ++g) SoftmaxImpl(a.scratch + g * a.n_pos, a.n_pos);
+  switch (a.v.type) {
+    case KvType::kF32:
+      return WeightedSumGroup<KvF32Format, kQ>(d, a.scratch, v, a.v.stride, a.n_pos, a.head_dim,
+                                               a.out, a.out_stride);
+    case KvType::kF16:
+      return WeightedSumGroup<KvF16Format, kQ>(d, a.scratch, v, a.v.stride, a.n_pos, a.head_dim,
+                                               a.out, a.out_stride);
+    case KvType::kQ8_0:
+      return WeightedSumGroup<KvQ8_0Format, kQ>(d, a.scratch, v, a.v.stride, a.n_pos,
+                                                a.head_dim, a.out, a.out_stride);
+    case KvType::kQ4_0:
+      return WeightedSumGroup<KvQ4_0Format, kQ>(d, a.scratch, v, a.v.stride, a.n_pos,
+                                                a.head_dim, a.out, a.out_stride);
+  }
+}
+
 template <class DF>
-HWY_INLINE void AttentionHeadTagged(DF d, const float* HWY_RESTRICT q, KvType k_type,
-                                    const uint8_t* HWY_RESTRICT k, size_t k_stride,
-                                    KvType v_type, const uint8_t* HWY_RESTRICT v,
-                                    size_t v_stride, size_t n_pos, size_t head_dim, float scale,
-                                    float* HWY_RESTRICT scratch, float* HWY_RESTRICT out) {
-  switch (k_type) {
-    case KvType::kF32:
-      ScoresStored<KvF32Format>(d, q, k, k_stride, n_pos, head_dim, scale, scratch);
-      break;
-    case KvType::kF16:
-      ScoresStored<KvF16Format>(d, q, k, k_stride, n_pos, head_dim, scale, scratch);
-      break;
-    case KvType::kQ8_0:
-      ScoresStored<KvQ8_0Format>(d, q, k, k_stride, n_pos, head_dim, scale, scratch);
-      break;
-    case KvType::kQ4_0:
-      ScoresStored<KvQ4_0Format>(d, q, k, k_stride, n_pos, head_dim, scale, scratch);
-      break;
-  }
-  SoftmaxImpl(scratch, n_pos);
-  switch (v_type) {
-    case KvType::kF32:
-      return WeightedSumStored<KvF32Format>(d, scratch, v, v_stride, n_pos, head_dim, out);
-    case KvType::kF16:
-      return WeightedSumStored<KvF16Format>(d, scratch, v, v_stride, n_pos, head_dim, out);
-    case KvType::kQ8_0:
-      return WeightedSumStored<KvQ8_0Format>(d, scratch, v, v_stride, n_pos, head_dim, out);
-    case KvType::kQ4_0:
-      return WeightedSumStored<KvQ4_0Format>(d, scratch, v, v_stride, n_pos, head_dim, out);
+HWY_INLINE void AttentionGroupCounted(DF d, const AttentionQueries& a) {
+  switch (a.n_queries) {
+    case 1: return AttentionGroupTagged<1>(d, a);
+    case 2: return AttentionGroupTagged<2>(d, a);
+    case 3: return AttentionGroupTagged<3>(d, a);
+    case 4: return AttentionGroupTagged<4>(d, a);
   }
 }
 
@@ -334,18 +392,12 @@ HWY_INLINE void AttentionHeadTagged(DF d, const float* HWY_RESTRICT q, KvType k_
 // copy through a buffer). stories260K's heads are 8 values: its perplexity
 // on 100 KB took 8.0 s with 16-lane vectors and 1.45 s with 8 (AVX3_DL, 2
 // threads). Where the full width is 8 lanes or fewer, both tags are one type.
-HWY_INLINE void AttentionHeadImpl(const float* HWY_RESTRICT q, KvType k_type,
-                                  const uint8_t* HWY_RESTRICT k, size_t k_stride, KvType v_type,
-                                  const uint8_t* HWY_RESTRICT v, size_t v_stride, size_t n_pos,
-                                  size_t head_dim, float scale, float* HWY_RESTRICT scratch,
-                                  float* HWY_RESTRICT out) {
+HWY_INLINE void AttentionGroupImpl(const AttentionQueries& a) {
   const hn::CappedTag<float, 32> wide;
-  if (head_dim < hn::Lanes(wide)) {
-    return AttentionHeadTagged(hn::CappedTag<float, 8>(), q, k_type, k, k_stride, v_type, v,
-                               v_stride, n_pos, head_dim, scale, scratch, out);
+  if (a.head_dim < hn::Lanes(wide)) {
+    return AttentionGroupCounted(hn::CappedTag<float, 8>(), a);
   }
-  AttentionHeadTagged(wide, q, k_type, k, k_stride, v_type, v, v_stride, n_pos, head_dim, scale,
-                      scratch, out);
+  AttentionGroupCounted(wide, a);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -11,13 +11,7 @@ HWY_BEFORE_NAMESPACE();
 namespace sparrow::simd {
 namespace HWY_NAMESPACE {
 
-void AttentionHeadT(const float* q, KvType k_type, const void* k, size_t k_stride,
-                    KvType v_type, const void* v, size_t v_stride, size_t n_pos,
-                    size_t head_dim, float scale, float* scratch, float* out) {
-  AttentionHeadImpl(q, k_type, static_cast<const uint8_t*>(k), k_stride, v_type,
-                    static_cast<const uint8_t*>(v), v_stride, n_pos, head_dim, scale, scratch,
-                    out);
-}
+void AttentionGroupT(const AttentionQueries& a) { AttentionGroupImpl(a); }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace sparrow::simd
@@ -27,6 +21,8 @@ HWY_AFTER_NAMESPACE();
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "simd/attention.h"
@@ -36,12 +32,32 @@ HWY_AFTER_NAMESPACE();
 
 namespace sparrow::simd {
 
-HWY_EXPORT(AttentionHeadT);
+HWY_EXPORT(AttentionGroupT);
+
+static void CheckQueryCount(const AttentionQueries& a) {
+  if (a.n_queries < 1 || a.n_queries > kMaxAttentionQueries) {
+    throw std::invalid_argument("AttentionGroup: " + std::to_string(a.n_queries) +
+                                " queries (1 to " + std::to_string(kMaxAttentionQueries) + ")");
+  }
+}
+
+void AttentionGroup(const AttentionQueries& a) {
+  CheckQueryCount(a);
+  HWY_DYNAMIC_DISPATCH(AttentionGroupT)(a);
+}
 
 void AttentionHead(const float* q, const KvRows& k, const KvRows& v, size_t n_pos,
                    size_t head_dim, float scale, float* scratch, float* out) {
-  HWY_DYNAMIC_DISPATCH(AttentionHeadT)(q, k.type, k.data, k.stride, v.type, v.data, v.stride,
-                                       n_pos, head_dim, scale, scratch, out);
+  AttentionQueries a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.n_pos = n_pos;
+  a.head_dim = head_dim;
+  a.scale = scale;
+  a.scratch = scratch;
+  a.out = out;
+  HWY_DYNAMIC_DISPATCH(AttentionGroupT)(a);
 }
 
 size_t KvHeadBytes(KvType type, size_t head_dim) {
@@ -175,6 +191,14 @@ void AttentionHeadReference(const float* q, const KvRows& k, const KvRows& v, si
     for (size_t j = 0; j < head_dim; ++j) sum[j] += static_cast<double>(scratch[t]) * row[j];
   }
   for (size_t j = 0; j < head_dim; ++j) out[j] = static_cast<float>(sum[j]);
+}
+
+void AttentionGroupReference(const AttentionQueries& a) {
+  CheckQueryCount(a);
+  for (size_t g = 0; g < a.n_queries; ++g) {
+    AttentionHeadReference(a.q + g * a.q_stride, a.k, a.v, a.n_pos, a.head_dim, a.scale,
+                           a.scratch + g * a.n_pos, a.out + g * a.out_stride);
+  }
 }
 
 }  // namespace sparrow::simd

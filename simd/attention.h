@@ -42,6 +42,26 @@ struct KvRows {
   size_t stride = 0;  // bytes
 };
 
+// Up to four queries over the same keys and values: the query heads of one
+// KV head (grouped-query attention) at one position. Each query's result is
+// what AttentionHead gives it alone, bit for bit; the group reads each key
+// and value row once for all of them.
+inline constexpr size_t kMaxAttentionQueries = 4;
+struct AttentionQueries {
+  const float* q = nullptr;  // query g at q + g * q_stride
+  size_t q_stride = 0;
+  size_t n_queries = 1;      // 1 .. kMaxAttentionQueries
+  KvRows k, v;
+  size_t n_pos = 0, head_dim = 0;
+  float scale = 1.0f;
+  float* scratch = nullptr;  // n_queries * n_pos floats: query g's p at g * n_pos
+  float* out = nullptr;      // query g's output at out + g * out_stride
+  size_t out_stride = 0;
+};
+// std::invalid_argument if n_queries is not in 1..kMaxAttentionQueries.
+void AttentionGroup(const AttentionQueries& a);
+void AttentionGroupReference(const AttentionQueries& a);
+
 // Computes s_t = scale * dot(q, k_t) for t < n_pos, p = softmax(s),
 // out = sum_t p_t v_t, reading K and V in their stored types (f16, Q8_0 and
 // Q4_0 are widened to f32 in registers; products and sums are f32). `scratch`

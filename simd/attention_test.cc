@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "simd/quantize.h"
@@ -377,6 +378,71 @@ TEST_CASE("AttentionHead on f32, f16, Q8_0 and Q4_0 caches matches double-precis
       }
     }
   });
+}
+
+TEST_CASE("AttentionGroup: each query gets what AttentionHead gives it alone, bit for bit") {
+  const size_t kHeadDims[] = {8, 17, 40, 64, 128};
+  ForEachTarget([&](const Target& target) {
+    for (KvType kt : kStoredTypes) {
+      for (KvType vt : kStoredTypes) {
+        for (size_t head_dim : kHeadDims) {
+          for (size_t n_queries = 1; n_queries <= kMaxAttentionQueries; ++n_queries) {
+            CAPTURE(target.name);
+            CAPTURE(Name(kt));
+            CAPTURE(Name(vt));
+            CAPTURE(head_dim);
+            CAPTURE(n_queries);
+            const size_t n_pos = 23;
+            const uint32_t seed = static_cast<uint32_t>(7 + head_dim + 100 * n_queries);
+            const StoredCache k = Store(kt, Normal(n_pos * head_dim, seed), n_pos, head_dim);
+            const StoredCache v = Store(vt, Normal(n_pos * head_dim, seed + 1), n_pos, head_dim);
+            // Queries and outputs at strides wider than a head, as in the
+            // model's rows of all heads.
+            const size_t q_stride = head_dim + 3, out_stride = head_dim + 5;
+            const std::vector<float> q = Normal(n_queries * q_stride, seed + 2);
+            AttentionQueries a;
+            a.q = q.data();
+            a.q_stride = q_stride;
+            a.n_queries = n_queries;
+            a.k = k.Rows();
+            a.v = v.Rows();
+            a.n_pos = n_pos;
+            a.head_dim = head_dim;
+            a.scale = 0.3f;
+            std::vector<float> scratch(n_queries * n_pos), out(n_queries * out_stride, -7.0f);
+            a.scratch = scratch.data();
+            a.out = out.data();
+            a.out_stride = out_stride;
+            AttentionGroup(a);
+            std::vector<float> ref_scratch(n_queries * n_pos), ref(n_queries * out_stride, -7.0f);
+            a.scratch = ref_scratch.data();
+            a.out = ref.data();
+            AttentionGroupReference(a);
+            for (size_t g = 0; g < n_queries; ++g) {
+              std::vector<float> s1(n_pos), alone(head_dim);
+              AttentionHead(q.data() + g * q_stride, k.Rows(), v.Rows(), n_pos, head_dim, 0.3f,
+                            s1.data(), alone.data());
+              const float* got = out.data() + g * out_stride;
+              CHECK(std::equal(alone.begin(), alone.end(), got));
+              CHECK(std::equal(s1.begin(), s1.end(), scratch.begin() + g * n_pos));
+              double err = 0.0;
+              for (size_t j = 0; j < head_dim; ++j) {
+                err = std::max(err, std::fabs(double{got[j]} - ref[g * out_stride + j]));
+              }
+              CHECK(err < 1e-4);
+              // Nothing written between the heads' outputs.
+              for (size_t j = head_dim; j < out_stride; ++j) CHECK(got[j] == -7.0f);
+            }
+          }
+        }
+      }
+    }
+  });
+  AttentionQueries none;
+  none.n_queries = 5;
+  CHECK_THROWS_AS(AttentionGroup(none), std::invalid_argument);
+  none.n_queries = 0;
+  CHECK_THROWS_AS(AttentionGroupReference(none), std::invalid_argument);
 }
 
 TEST_CASE("AttentionHead: a quantized cache stays close to the f32 answer") {

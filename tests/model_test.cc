@@ -292,7 +292,10 @@ TEST_CASE("the workspace allocates what its plan charges") {
     const size_t tallest = std::max(widest, size_t{c.n_vocab});
     CHECK(allocated + ops::MatMulScratchBytes(widest, tallest, 32) == plan.Bytes());
     CHECK(ws.logits.size() == 5 * c.n_vocab);
-    CHECK(ws.scores.size() == 3 * 128);
+    // Per thread, a score row for each query head attended together: the
+    // heads of one KV head (stories260K: 8 heads over 4 KV heads).
+    CHECK(AttentionQueriesPerItem(c) == 2);
+    CHECK(ws.scores.size() == 3 * 2 * 128);
     CHECK((ws.ffn_gate.size() == (dense ? 32 * c.d_ff : 0)));
     const SessionShape shape{128, 32, {}, 2, 5, 3};
     CHECK(Session::MemoryBytes(c, shape, dense) ==

@@ -236,24 +236,40 @@ void Session::RopeTables(size_t n) {
 void Session::Attention(uint32_t layer, size_t n) {
   const size_t hd = c_.head_dim;
   const size_t group = c_.n_heads / c_.n_kv_heads;
+  // Each work item is up to `per_item` heads of one KV head at one token:
+  // they read its keys and values once between them.
+  const size_t per_item = AttentionQueriesPerItem(c_);
+  const size_t items_per_kv_head = (group + per_item - 1) / per_item;
+  const size_t items_per_token = c_.n_kv_heads * items_per_kv_head;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t threads = static_cast<size_t>(ThreadCount());
-  if (ws_.scores.size() < threads * n_ctx()) ws_.scores.Reset(threads * n_ctx());  // more threads than planned
-  // Enough (query, head) pairs per chunk that a thread's share outweighs
-  // the cost of waking it (~32K multiply-adds).
+  const size_t rows = per_item * n_ctx();  // one thread's scores
+  if (ws_.scores.size() < threads * rows) ws_.scores.Reset(threads * rows);  // more threads than planned
+  // Enough items per chunk that a thread's share outweighs the cost of
+  // waking it (~32K multiply-adds).
   const size_t longest = *std::max_element(pos_.begin(), pos_.begin() + n) + 1;
-  const size_t work_per_item = longest * hd * 2;
+  const size_t work_per_item = longest * hd * 2 * per_item;
   const size_t grain = std::max<size_t>(1, 32768 / std::max<size_t>(work_per_item, 1));
-  ParallelFor(n * c_.n_heads, grain, [&](size_t begin, size_t end, int thread) {
-    float* scratch = ws_.scores.data() + thread * n_ctx();
+  ParallelFor(n * items_per_token, grain, [&](size_t begin, size_t end, int thread) {
+    simd::AttentionQueries a;
+    a.q_stride = hd;
+    a.out_stride = hd;
+    a.head_dim = hd;
+    a.scale = scale;
+    a.scratch = ws_.scores.data() + thread * rows;
     for (size_t item = begin; item < end; ++item) {
-      const size_t t = item / c_.n_heads;
-      const size_t head = item % c_.n_heads;
-      const size_t kv_head = head / group;
+      const size_t t = item / items_per_token;
+      const size_t kv_head = item % items_per_token / items_per_kv_head;
+      const size_t first = item % items_per_kv_head * per_item;  // within the group
+      const size_t head = kv_head * group + first;
       const KvCache& kv = kv_[seq_[t]];
-      ops::AttentionHead(ws_.q.data() + t * c_.q_dim() + head * hd, kv.Keys(layer, kv_head),
-                         kv.Values(layer, kv_head), pos_[t] + 1, hd, scale, scratch,
-                         ws_.att.data() + t * c_.q_dim() + head * hd);
+      a.q = ws_.q.data() + t * c_.q_dim() + head * hd;
+      a.out = ws_.att.data() + t * c_.q_dim() + head * hd;
+      a.n_queries = std::min(per_item, group - first);
+      a.k = kv.Keys(layer, kv_head);
+      a.v = kv.Values(layer, kv_head);
+      a.n_pos = pos_[t] + 1;
+      ops::AttentionGroup(a);
     }
   });
 }

@@ -2,9 +2,14 @@
 
 #include <algorithm>
 
+#include "simd/attention.h"
 #include "src/ops/ops.h"
 
 namespace sparrow {
+
+size_t AttentionQueriesPerItem(const ModelConfig& c) {
+  return std::min<size_t>(c.n_heads / c.n_kv_heads, simd::kMaxAttentionQueries);
+}
 
 WorkspacePlan WorkspacePlan::For(const ModelConfig& c, size_t n_ctx, size_t batch,
                                  size_t logits_rows, size_t threads, bool dense_ffn) {
@@ -12,6 +17,7 @@ WorkspacePlan WorkspacePlan::For(const ModelConfig& c, size_t n_ctx, size_t batc
   p.batch = std::max<size_t>(batch, 1);
   p.n_ctx = n_ctx;
   p.threads = std::max<size_t>(threads, 1);
+  p.attention_queries = AttentionQueriesPerItem(c);
   p.logits_rows = std::max<size_t>(logits_rows, 1);
   p.d_model = c.d_model;
   p.q_dim = c.q_dim();

@@ -162,12 +162,11 @@ void SiluMul(const float* gate, const float* up, size_t n, float* out) {
   }
 }
 
-void AttentionHead(const float* q, const simd::KvRows& k, const simd::KvRows& v,
-                   size_t n_pos, size_t head_dim, float scale, float* scratch, float* out) {
+void AttentionGroup(const simd::AttentionQueries& a) {
   if (Fast()) {
-    simd::AttentionHead(q, k, v, n_pos, head_dim, scale, scratch, out);
+    simd::AttentionGroup(a);
   } else {
-    simd::AttentionHeadReference(q, k, v, n_pos, head_dim, scale, scratch, out);
+    simd::AttentionGroupReference(a);
   }
 }
 

@@ -149,8 +149,8 @@ void RmsNorm(const float* x, const float* weight, size_t n, float eps,
 void ApplyRope(float* heads, size_t n_heads, size_t head_dim, size_t rope_dims,
                const float* cos, const float* sin, simd::RopeStyle style);
 void SiluMul(const float* gate, const float* up, size_t n, float* out);
-void AttentionHead(const float* q, const simd::KvRows& k, const simd::KvRows& v,
-                   size_t n_pos, size_t head_dim, float scale, float* scratch, float* out);
+// Up to simd::kMaxAttentionQueries query heads over one KV head's rows.
+void AttentionGroup(const simd::AttentionQueries& a);
 void AddInPlace(const float* x, float* y, size_t n);
 
 }  // namespace sparrow::ops
