@@ -113,8 +113,9 @@ int main(int argc, char** argv) {
       [&] { std::copy(logits.begin(), logits.end(), buf.begin()); SoftmaxReference(buf.data(), kVocab); });
   add("SiluMul n=11008", [&] { SiluMul(gate.data(), up.data(), kFfn, out.data()); },
       [&] { SiluMulReference(gate.data(), up.data(), kFfn, out.data()); });
-  // One head of 8 per cached row, keys in even head slots and values in odd
-  // ones, in each KV cache type (bytes read per call: 2 x 2048 heads).
+  // Eight heads laid out as the engine's KV cache does ([head][position]:
+  // one head's rows contiguous), keys from head 0 and values from head 1, in
+  // each KV cache type (bytes read per call: 2 x 2048 rows).
   struct StoredKv {
     const char* name;
     KvType type;
@@ -123,16 +124,19 @@ int main(int argc, char** argv) {
   std::vector<StoredKv> caches = {{"f32", KvType::kF32, {}}, {"f16", KvType::kF16, {}},
                                   {"q8_0", KvType::kQ8_0, {}}, {"q4_0", KvType::kQ4_0, {}}};
   for (StoredKv& c : caches) {
-    c.bytes.resize(kCtx * 8 * KvHeadBytes(c.type, kHeadDim));
-    for (size_t t = 0; t < kCtx; ++t) {
-      StoreKvHeads(c.type, kv.data() + t * 8 * kHeadDim, 8, kHeadDim,
-                   c.bytes.data() + t * 8 * KvHeadBytes(c.type, kHeadDim));
+    const size_t head = KvHeadBytes(c.type, kHeadDim);
+    c.bytes.resize(kCtx * 8 * head);
+    for (size_t h = 0; h < 8; ++h) {
+      for (size_t t = 0; t < kCtx; ++t) {
+        StoreKvHeads(c.type, kv.data() + (t * 8 + h) * kHeadDim, 1, kHeadDim,
+                     c.bytes.data() + (h * kCtx + t) * head);
+      }
     }
   }
   for (const StoredKv& c : caches) {
     const size_t head = KvHeadBytes(c.type, kHeadDim);
-    const KvRows keys{c.type, c.bytes.data(), 8 * head};
-    const KvRows values{c.type, c.bytes.data() + head, 8 * head};
+    const KvRows keys{c.type, c.bytes.data(), head};
+    const KvRows values{c.type, c.bytes.data() + kCtx * head, head};
     add(std::string("AttentionHead ") + c.name + " hd=128 n_pos=2048",
         [&, keys, values] { AttentionHead(q.data(), keys, values, kCtx, kHeadDim, 0.088f, scratch.data(), out.data()); },
         [&, keys, values] { AttentionHeadReference(q.data(), keys, values, kCtx, kHeadDim, 0.088f, scratch.data(), out.data()); });

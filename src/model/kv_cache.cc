@@ -41,10 +41,16 @@ KvCache::KvCache(const KvShape& shape, KvCacheTypes types)
       k_(shape.n_layers * shape.n_ctx * k_side_.row_bytes),
       v_(shape.n_layers * shape.n_ctx * v_side_.row_bytes) {}
 
+size_t KvCache::HeadOffset(const Side& side, size_t layer, size_t kv_head) const {
+  return (layer * shape_.n_kv_heads + kv_head) * shape_.n_ctx * side.head_bytes;
+}
+
 void KvCache::Store(const Side& side, AlignedBuffer<uint8_t>& buf, size_t layer, size_t pos,
                     const float* src) {
-  uint8_t* row = buf.data() + (layer * shape_.n_ctx + pos) * side.row_bytes;
-  simd::StoreKvHeads(side.type, src, shape_.n_kv_heads, shape_.head_dim, row);
+  for (size_t h = 0; h < shape_.n_kv_heads; ++h) {
+    simd::StoreKvHeads(side.type, src + h * shape_.head_dim, 1, shape_.head_dim,
+                       buf.data() + HeadOffset(side, layer, h) + pos * side.head_bytes);
+  }
 }
 
 void KvCache::StoreKeys(size_t layer, size_t pos, const float* k) {
@@ -57,8 +63,7 @@ void KvCache::StoreValues(size_t layer, size_t pos, const float* v) {
 
 simd::KvRows KvCache::Rows(const Side& side, const AlignedBuffer<uint8_t>& buf, size_t layer,
                            size_t kv_head) const {
-  const uint8_t* first = buf.data() + layer * shape_.n_ctx * side.row_bytes;
-  return simd::KvRows{side.type, first + kv_head * side.head_bytes, side.row_bytes};
+  return simd::KvRows{side.type, buf.data() + HeadOffset(side, layer, kv_head), side.head_bytes};
 }
 
 simd::KvRows KvCache::Keys(size_t layer, size_t kv_head) const {

@@ -1,6 +1,10 @@
 // Keys and values of every layer for positions [0, n_ctx), each in its own
 // storage type (f32, f16, Q8_0 or Q4_0, simd/attention.h), laid out
-// [layer][position][kv_head] so one head's keys are a strided run of rows.
+// [layer][kv_head][position]: one head's keys (values) are contiguous, so
+// attention reads them as one stream. (With positions outermost each head's
+// rows were strided across pages, the hardware prefetchers lost them at
+// every page, and decoding at long contexts waited on memory: see
+// Session::Attention.)
 #pragma once
 
 #include <cstddef>
@@ -65,6 +69,8 @@ class KvCache {
     size_t head_bytes;
     size_t row_bytes;  // all kv heads of one position
   };
+  // Bytes from the start of a side's buffer to position 0 of a head.
+  size_t HeadOffset(const Side& side, size_t layer, size_t kv_head) const;
   static Side MakeSide(const KvShape& shape, simd::KvType type);
   void Store(const Side& side, AlignedBuffer<uint8_t>& buf, size_t layer, size_t pos,
              const float* src);
