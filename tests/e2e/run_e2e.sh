@@ -50,7 +50,7 @@ fi
 
 # 2b. KV cache types (default f16, as above): f32 gives the same figure,
 #     Q8_0 (llama.cpp's -ctk/-ctv spelling) and Q4_0 values stay within
-#     0.5%. (Q4_0 keys cost far more on stories260K's 8-value heads: 8.6.)
+#     0.5%. (Q4_0 keys cost far more on stories260K's 8-value heads: 8.72.)
 kv_ppl() { "$SPARROW" perplexity -m "$STORIES" -f "$WORK/ppl.txt" -c 256 "$@" 2>/dev/null | ppl_of; }
 ppl_f32=$(kv_ppl --cache-type-k f32 --cache-type-v f32)
 ppl_q8=$(kv_ppl -ctk q8_0 -ctv q8_0)
@@ -150,6 +150,11 @@ rows=$("$SPARROW" bench -m "$STORIES" -p 16 -n 16 -t 1,2 -r 2 2>/dev/null | grep
 json=$("$SPARROW" bench -m "$STORIES" -p 16 -n 0 -t 1 -r 2 -o json 2>/dev/null)
 echo "$json" | grep -q '"test": "pp16"' && echo "$json" | grep -q '"avg_ts": [0-9]' \
   && pass "bench json" || fail "bench json malformed: $json"
+# At a depth (llama-bench's -d): the tests start after 40 tokens in the cache.
+json=$("$SPARROW" bench -m "$STORIES" -p 8 -n 8 -d 40 -t 1 -r 1 -o json 2>/dev/null)
+[ "$(echo "$json" | grep -Ec '"test": "(pp|tg)8 @ d40".*"n_depth": 40')" = 2 ] \
+  && pass "bench -d 40: pp8 @ d40 and tg8 @ d40" || fail "bench -d: $json"
+expect_input_error "-d must be non-negative" "$SPARROW" bench -m "$STORIES" -d -3
 
 # 8. Bundles: both layouts with F32 records reproduce the dense greedy text
 #    exactly and its perplexity to the printed digits, give or take one in
