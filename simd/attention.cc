@@ -60,6 +60,23 @@ void AttentionHead(const float* q, const KvRows& k, const KvRows& v, size_t n_po
   HWY_DYNAMIC_DISPATCH(AttentionGroupT)(a);
 }
 
+// Q8_0 and Q4_0 heads are runs of ggml blocks of 32 values, the last one
+// shorter when head_dim is not a multiple of 32: it keeps its scale and the
+// bytes that hold its values (Q8_0: one per value; Q4_0: the first
+// min(len, 16), whose low nibbles hold values 0-15 and high ones 16-31).
+constexpr size_t kKvBlockElems = 32;
+static_assert(kQ8_0Elems == kKvBlockElems && kQ4_0Elems == kKvBlockElems &&
+              sizeof(BlockQ8_0) >= sizeof(BlockQ4_0));
+
+static TensorType BlockTypeOf(KvType type) {
+  return type == KvType::kQ8_0 ? TensorType::kQ8_0 : TensorType::kQ4_0;
+}
+
+// Bytes of a block of `len` (<= 32) values.
+static size_t StoredBlockBytes(KvType type, size_t len) {
+  return 2 + (type == KvType::kQ8_0 ? len : std::min(len, kKvBlockElems / 2));
+}
+
 size_t KvHeadBytes(KvType type, size_t head_dim) {
   switch (type) {
     case KvType::kF32:
@@ -67,41 +84,26 @@ size_t KvHeadBytes(KvType type, size_t head_dim) {
     case KvType::kF16:
       return head_dim * sizeof(uint16_t);
     case KvType::kQ8_0:
-      return head_dim + 2 * ((head_dim + kQ8_0Elems - 1) / kQ8_0Elems);
     case KvType::kQ4_0: {
-      const size_t rest = head_dim % kQ4_0Elems;
-      return head_dim / kQ4_0Elems * sizeof(BlockQ4_0) +
-             (rest == 0 ? 0 : 2 + std::min(rest, kQ4_0Elems / 2));
+      const size_t rest = head_dim % kKvBlockElems;
+      return head_dim / kKvBlockElems * StoredBlockBytes(type, kKvBlockElems) +
+             (rest == 0 ? 0 : StoredBlockBytes(type, rest));
     }
   }
   return 0;
 }
 
-// Q8_0 with a short last block: the block is padded with zeros (which do
-// not change its absmax) and quantized by ggml's rule, then cut to size.
-static void StoreQ8_0Head(const float* src, size_t head_dim, uint8_t* dst) {
-  for (size_t start = 0; start < head_dim; start += kQ8_0Elems) {
-    const size_t len = std::min(kQ8_0Elems, head_dim - start);
-    float padded[kQ8_0Elems] = {};
+// A short block is padded with zeros (which change neither Q8_0's absmax
+// nor Q4_0's value of largest magnitude), quantized by ggml's rule, and cut
+// to the bytes that hold its values.
+static void StoreBlocksHead(KvType type, const float* src, size_t head_dim, uint8_t* dst) {
+  for (size_t start = 0; start < head_dim; start += kKvBlockElems) {
+    const size_t len = std::min(kKvBlockElems, head_dim - start);
+    float padded[kKvBlockElems] = {};
     std::memcpy(padded, src + start, len * sizeof(float));
     uint8_t block[sizeof(BlockQ8_0)];
-    QuantizeRow(TensorType::kQ8_0, padded, kQ8_0Elems, block);
-    std::memcpy(dst, block, 2 + len);
-    dst += 2 + len;
-  }
-}
-
-// Q4_0 likewise: a short block is padded with zeros (which do not change
-// the value of largest magnitude), quantized, and its bytes past the values
-// it holds dropped (their high nibbles are padding).
-static void StoreQ4_0Head(const float* src, size_t head_dim, uint8_t* dst) {
-  for (size_t start = 0; start < head_dim; start += kQ4_0Elems) {
-    const size_t len = std::min(kQ4_0Elems, head_dim - start);
-    float padded[kQ4_0Elems] = {};
-    std::memcpy(padded, src + start, len * sizeof(float));
-    uint8_t block[sizeof(BlockQ4_0)];
-    QuantizeRow(TensorType::kQ4_0, padded, kQ4_0Elems, block);
-    const size_t bytes = 2 + std::min(len, kQ4_0Elems / 2);
+    QuantizeRow(BlockTypeOf(type), padded, kKvBlockElems, block);
+    const size_t bytes = StoredBlockBytes(type, len);
     std::memcpy(dst, block, bytes);
     dst += bytes;
   }
@@ -116,17 +118,11 @@ void StoreKvHeads(KvType type, const float* src, size_t n_heads, size_t head_dim
       return;
     case KvType::kF16:  // the cache's rows are 2-byte aligned
       return F32ToF16Row(src, n_heads * head_dim, reinterpret_cast<uint16_t*>(out));
-    case KvType::kQ8_0: {
-      const size_t bytes = KvHeadBytes(type, head_dim);
-      for (size_t h = 0; h < n_heads; ++h) {
-        StoreQ8_0Head(src + h * head_dim, head_dim, out + h * bytes);
-      }
-      return;
-    }
+    case KvType::kQ8_0:
     case KvType::kQ4_0: {
       const size_t bytes = KvHeadBytes(type, head_dim);
       for (size_t h = 0; h < n_heads; ++h) {
-        StoreQ4_0Head(src + h * head_dim, head_dim, out + h * bytes);
+        StoreBlocksHead(type, src + h * head_dim, head_dim, out + h * bytes);
       }
       return;
     }
