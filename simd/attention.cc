@@ -143,29 +143,18 @@ void LoadKvHead(KvType type, const void* src, size_t head_dim, float* dst) {
       }
       return;
     case KvType::kQ8_0:
-      for (size_t start = 0; start < head_dim; start += kQ8_0Elems) {
-        const size_t len = std::min(kQ8_0Elems, head_dim - start);
-        uint16_t bits;
-        std::memcpy(&bits, in, 2);
-        const float d = F16ToF32(bits);
-        for (size_t i = 0; i < len; ++i) {
-          dst[start + i] = d * static_cast<float>(static_cast<int8_t>(in[2 + i]));
-        }
-        in += 2 + len;
-      }
-      return;
     case KvType::kQ4_0:
-      for (size_t start = 0; start < head_dim; start += kQ4_0Elems) {
-        const size_t len = std::min(kQ4_0Elems, head_dim - start);
-        uint16_t bits;
-        std::memcpy(&bits, in, 2);
-        const float d = F16ToF32(bits);
-        for (size_t i = 0; i < len; ++i) {
-          const uint8_t byte = in[2 + i % 16];
-          const int q = i < 16 ? byte & 15 : byte >> 4;
-          dst[start + i] = d * static_cast<float>(q - 8);
-        }
-        in += 2 + std::min(len, kQ4_0Elems / 2);
+      // The inverse of StoreBlocksHead: each stored block back into a whole
+      // one (the bytes a short block dropped are zeros), dequantized.
+      for (size_t start = 0; start < head_dim; start += kKvBlockElems) {
+        const size_t len = std::min(kKvBlockElems, head_dim - start);
+        const size_t bytes = StoredBlockBytes(type, len);
+        uint8_t block[sizeof(BlockQ8_0)] = {};
+        std::memcpy(block, in, bytes);
+        float values[kKvBlockElems];
+        DequantizeRowReference(BlockTypeOf(type), block, kKvBlockElems, values);
+        std::memcpy(dst + start, values, len * sizeof(float));
+        in += bytes;
       }
       return;
   }
