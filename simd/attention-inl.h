@@ -397,10 +397,28 @@ HWY_INLINE void AttentionGroupCounted(DF d, const AttentionQueries& a) {
 // copy through a buffer). stories260K's heads are 8 values: its perplexity
 // on 100 KB took 8.0 s with 16-lane vectors and 1.45 s with 8 (AVX3_DL, 2
 // threads). Where the full width is 8 lanes or fewer, both tags are one type.
+// Such heads (tiny models) are attended up to two queries at a time:
+// instantiating all four group sizes for this second tag too made this file
+// take 56 s to compile for the five x86 targets (32 s now), and one query
+// at a time cost stories260K (two query heads per KV head) 18% of its
+// perplexity speed.
 HWY_INLINE void AttentionGroupImpl(const AttentionQueries& a) {
   const hn::CappedTag<float, 32> wide;
   if (a.head_dim < hn::Lanes(wide)) {
-    return AttentionGroupCounted(hn::CappedTag<float, 8>(), a);
+    const hn::CappedTag<float, 8> narrow;
+    AttentionQueries part = a;
+    for (size_t g = 0; g < a.n_queries; g += part.n_queries) {
+      part.n_queries = std::min<size_t>(2, a.n_queries - g);
+      part.q = a.q + g * a.q_stride;
+      part.scratch = a.scratch + g * a.n_pos;
+      part.out = a.out + g * a.out_stride;
+      if (part.n_queries == 2) {
+        AttentionGroupTagged<2>(narrow, part);
+      } else {
+        AttentionGroupTagged<1>(narrow, part);
+      }
+    }
+    return;
   }
   AttentionGroupCounted(wide, a);
 }
