@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/huge_pages.h"  // PageBytes
 
 namespace sparrow {
 
@@ -54,7 +55,7 @@ MappedFile::~MappedFile() {
 
 bool MakeWritable(const uint8_t* p, size_t n) {
   if (n == 0) return true;
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t page = PageBytes();
   const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
   const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n + page - 1) / page * page;
   return ::mprotect(reinterpret_cast<void*>(begin), end - begin, PROT_READ | PROT_WRITE) == 0;
