@@ -354,12 +354,13 @@ for entry in "${greedy[@]}"; do
 done
 run_side_by_side "${greedy_jobs[@]}"
 
-stage "Packed models (Q4_0, Q4_K, Q8_0): perplexity with each CPU's 8-bit dot product"
-# Small synthetic Q4_0, Q4_K and Q8_0 models (made under qemu on $plain_cpu and
+stage "Packed models (Q4_0, Q4_K, Q8_0) and Q6_K: perplexity with each CPU's 8-bit dot product"
+# Small synthetic Q4_0, Q4_K, Q8_0 and Q6_K models (made under qemu on $plain_cpu and
 # measured with the scalar reference kernels there, or natively by
 # ARM64_HOST_SPARROW: the reference is plain scalar code on either, and
 # differs between them by far less than the bound): on each CPU the fast kernels --
-# packed rows with sdot where the CPU has it, the 16-bit kernels elsewhere
+# packed rows (Q6_K: plain rows, 8-bit activations) with sdot where the CPU
+# has it, the 16-bit kernels elsewhere
 # -- must give the reference perplexity within 1e-3 relative, the bound the
 # x86 end-to-end test uses.
 head -c 20000 "$shared/corpora/tinystories_val_excerpt.txt" >"$work/ppl.txt"
@@ -398,7 +399,7 @@ reference_4bit() {
     bad "$type reference perplexity failed"
   fi
 }
-fourbit=(q4_0 q4_K q8_0)
+fourbit=(q4_0 q4_K q8_0 q6_K)
 reference_jobs=()
 for type in "${fourbit[@]}"; do reference_jobs+=("reference_4bit $type"); done
 run_side_by_side "${reference_jobs[@]}"

@@ -25,6 +25,7 @@ void QuantizeActivationsT(const float* x, size_t n, bool pair_layout, bool split
 }
 
 bool Q4_0ActivationsAreInt8T() { return Q4_0ActivationsAreInt8(); }  // gemv-inl.h
+bool Q6_KActivationsAreInt8T() { return Q6_KActivationsAreInt8(); }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace sparrow::simd
@@ -66,10 +67,14 @@ bool IsQuantized(TensorType type) {
 HWY_EXPORT(GemvT);
 HWY_EXPORT(QuantizeActivationsT);
 HWY_EXPORT(Q4_0ActivationsAreInt8T);
+HWY_EXPORT(Q6_KActivationsAreInt8T);
 
 int GemvActivationMax(TensorType type) {
   if (!IsQuantized(type)) return 0;
   if (IsQ4_0Family(type) && HWY_DYNAMIC_DISPATCH(Q4_0ActivationsAreInt8T)()) {
+    return kInt8ActivationMax;
+  }
+  if (type == TensorType::kQ6_K && HWY_DYNAMIC_DISPATCH(Q6_KActivationsAreInt8T)()) {
     return kInt8ActivationMax;
   }
   return 32767;

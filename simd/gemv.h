@@ -39,13 +39,15 @@ class GemvInput {
   const float* x() const { return x_.data(); }
   // Kernel-private, filled for the quantized types only (each array padded
   // with zeros past the end so kernels may load whole vectors):
-  // the int16 activations in natural order,
+  // the int16 activations in natural order (int8, in its bytes, where
+  // GemvActivationMax(type) is 127; Q4_0 and Q4_0S in their own orders),
   const int16_t* quantized() const { return q_.data(); }
   // one f32 scale per block of 32 (x ~ quantized * scale),
   const float* scales() const { return scales_.data(); }
   // the exact sum of each block's 32 quantized values (as f32),
   const float* sums() const { return sums_.data(); }
-  // and for Q6_K, per group of 16: the same sums and the group's scale.
+  // and for Q6_K, per group of 16: the same sums and the group's (its
+  // block's) scale.
   const float* group_sums() const { return group_sums_.data(); }
   const float* group_scales() const { return group_scales_.data(); }
 
@@ -90,7 +92,9 @@ void GemvBatch(TensorType type, const void* weights, size_t row_bytes, size_t co
 // The largest magnitude the current SIMD target's per-row kernels (Gemv,
 // and DotRows through them) quantize `type`'s activations to: 127 where
 // they are int8 (Q4_0 on AVX3_DL, and on AVX3 where the CPU has
-// AVX-512 VNNI; gemv-inl.h: SPARROW_Q4_0_INT8), 32767 for the other quantized types, 0 where
+// AVX-512 VNNI; gemv-inl.h: SPARROW_Q4_0_INT8; Q6_K wherever the target
+// has a native 8-bit dot product: x86 from SSSE3, SVE, NEON with `sdot`;
+// gemv-inl.h: Q6_KRowsInt8), 32767 for the other quantized types, 0 where
 // activations stay f32 (F32, F16, BF16). Tests, benchmarks and `sparrow
 // info` size their bounds and descriptions from it, so a type or target
 // that moves to int8 changes in one place.

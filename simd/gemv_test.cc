@@ -262,6 +262,22 @@ TEST_CASE("Q4_0 activations are int8 exactly where the target and CPU have AVX-5
   });
 }
 
+// Q6_K's per-row kernel takes int8 activations wherever the target has a
+// native 8-bit dot product (int8_dot-inl.h): x86 from SSSE3 (pmaddubsw, or
+// vpdpbusd), SVE, and NEON on cores with `sdot`; int16 elsewhere.
+TEST_CASE("Q6_K activations are int8 exactly where the target has a native byte dot product") {
+  ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
+    CAPTURE(target.name);
+    CAPTURE(hidden);
+    const bool x86_int8 = target.name == "AVX2" || target.name == "SSE4" ||
+                          target.name == "SSSE3" || target.name.rfind("AVX3", 0) == 0;
+    const bool arm_sdot =
+        target.name.rfind("SVE", 0) == 0 || (target.name == "NEON" && CpuHasArmDotProd());
+    CHECK(GemvActivationMax(TensorType::kQ6_K) ==
+          (x86_int8 || arm_sdot ? kInt8ActivationMax : 32767));
+  });
+}
+
 // A batch multiplies each group of rows with every input (Q8_0: several
 // inputs per widened block): each input's results must be bit for bit its
 // Gemv ones, for every count (full chunks and inputs left over), every type

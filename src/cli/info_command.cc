@@ -278,6 +278,9 @@ int InfoCommand(int argc, char** argv) {
               simd::GemvActivationMax(TensorType::kQ4_0) == simd::kInt8ActivationMax
                   ? "8-bit activations, vpdpbusd (AVX-512 VNNI); Q4_0S four blocks per load"
                   : "16-bit activations");
+  std::printf(
+      "  Q6_K kernels: plain rows, %s activations\n",
+      simd::GemvActivationMax(TensorType::kQ6_K) == simd::kInt8ActivationMax ? "8-bit" : "16-bit");
   std::printf("  prompt batches: %s\n", ops::PromptGemmDescription().c_str());
   std::printf("  threads: %d, oneDNN: %s, OpenMP: %s, io_uring: %s\n", ThreadCount(),
               SPARROW_HAVE_ONEDNN ? "yes" : "no", SPARROW_HAVE_OPENMP ? "yes" : "no",
