@@ -5,6 +5,8 @@
 #include <atomic>
 #include <mutex>
 #include <set>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 using sparrow::ParallelFor;
@@ -60,6 +62,50 @@ TEST_CASE("a nested ParallelFor covers its whole range on the calling thread") {
       }
     });
     for (size_t i = 0; i < outer * inner; ++i) REQUIRE(hits[i].load() == 1);
+  }
+  SetThreadCount(0);
+}
+
+// A body that throws: the other ranges still run, and the caller gets the
+// exception once they are done (the pool stays usable).
+TEST_CASE("an exception from a body reaches the caller after every range ran") {
+  SetThreadCount(2);
+  std::atomic<int> ran{0};
+  CHECK_THROWS_AS(ParallelFor(2, 1,
+                              [&](size_t begin, size_t, int) {
+                                ran++;
+                                if (begin == 1) throw std::runtime_error("range 1");
+                              }),
+                  std::runtime_error);
+  CHECK(ran.load() == 2);
+  std::atomic<int> after{0};
+  ParallelFor(100, 1,
+              [&](size_t begin, size_t end, int) { after += static_cast<int>(end - begin); });
+  CHECK(after.load() == 100);
+  SetThreadCount(0);
+}
+
+// Two threads' loops at once: one holds the pool, the other runs its
+// ranges itself; each covers its range exactly once, with indices below
+// the thread count.
+TEST_CASE("ParallelFor from two threads at once covers both ranges") {
+  SetThreadCount(2);
+  const size_t n = 4000;
+  std::vector<std::atomic<int>> hits_a(n), hits_b(n);
+  auto loop = [&](std::vector<std::atomic<int>>& hits) {
+    for (int rep = 0; rep < 200; ++rep) {
+      ParallelFor(n, 8, [&](size_t begin, size_t end, int t) {
+        CHECK(t < 2);
+        for (size_t i = begin; i < end; ++i) hits[i]++;
+      });
+    }
+  };
+  std::thread other([&] { loop(hits_b); });
+  loop(hits_a);
+  other.join();
+  for (size_t i = 0; i < n; ++i) {
+    REQUIRE(hits_a[i].load() == 200);
+    REQUIRE(hits_b[i].load() == 200);
   }
   SetThreadCount(0);
 }

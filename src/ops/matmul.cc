@@ -184,6 +184,7 @@ class OneDnn {
                                  {DNNL_ARG_WEIGHTS, wei_mem},
                                  {DNNL_ARG_DST, dst_mem}});
     stream_.wait();
+    NoteOpenMpRegion();  // OpenMP's threads are hot: the next steps run on them
   }
 
   // Whether oneDNN multiplies bf16 matrices with the CPU's own bf16
