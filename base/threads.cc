@@ -68,6 +68,17 @@ struct InBody {
   ~InBody() { t_in_body = false; }
 };
 
+// Runs part t of `parts` over [0, n) (nothing if it is empty).
+void RunPart(size_t n, size_t grain, int parts, int t,
+             const std::function<void(size_t, size_t, int)>& body) {
+  size_t begin, end;
+  ChunkRange(n, grain, parts, t, &begin, &end);
+  if (begin < end) {
+    const InBody in_body;
+    body(begin, end, t);
+  }
+}
+
 // The pool behind ParallelFor: the caller and ThreadCount() - 1 workers.
 //
 // Why not an OpenMP parallel region (as before): a region ends at a
@@ -161,17 +172,11 @@ class Pool {
       }
       // The job cannot finish (and its fields change) before this part is
       // counted done.
-      const int t = static_cast<int>(next);
-      size_t begin, end;
-      ChunkRange(n_, grain_, static_cast<int>(parts), t, &begin, &end);
-      if (begin < end) {
-        const InBody in_body;
-        try {
-          (*body_)(begin, end, t);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (!error_) error_ = std::current_exception();
-        }
+      try {
+        RunPart(n_, grain_, static_cast<int>(parts), static_cast<int>(next), *body_);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
       }
       if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == static_cast<int>(parts) &&
           caller_sleeping_.load(std::memory_order_seq_cst)) {
@@ -304,22 +309,16 @@ void ParallelFor(size_t n, size_t grain, const std::function<void(size_t, size_t
   }
 #if SPARROW_HAVE_OPENMP
   if (NowNs() < g_openmp_until.load(std::memory_order_relaxed)) {
-    // The same ranges, one per OpenMP thread (a body's exception would end
-    // the program here, as it did before the pool).
+    // The same ranges, one per OpenMP thread; a body's exception is
+    // rethrown here, as from the pool.
     std::exception_ptr error;
 #pragma omp parallel num_threads(parts)
     {
-      const InBody in_body;
-      const int t = omp_get_thread_num();
-      size_t begin, end;
-      ChunkRange(n, grain, parts, t, &begin, &end);
-      if (begin < end) {
-        try {
-          body(begin, end, t);
-        } catch (...) {
+      try {
+        RunPart(n, grain, parts, omp_get_thread_num(), body);
+      } catch (...) {
 #pragma omp critical(sparrow_parallel_for_error)
-          if (!error) error = std::current_exception();
-        }
+        if (!error) error = std::current_exception();
       }
     }
     if (error) std::rethrow_exception(error);
@@ -329,12 +328,7 @@ void ParallelFor(size_t n, size_t grain, const std::function<void(size_t, size_t
   const std::shared_ptr<Pool> pool = PoolFor(ThreadCount());
   if (pool->TryRun(n, grain, parts, body)) return;
   // Another thread's loop holds the pool: the same parts, one after another.
-  const InBody in_body;
-  for (int t = 0; t < parts; ++t) {
-    size_t begin, end;
-    ChunkRange(n, grain, parts, t, &begin, &end);
-    if (begin < end) body(begin, end, t);
-  }
+  for (int t = 0; t < parts; ++t) RunPart(n, grain, parts, t, body);
 }
 
 }  // namespace sparrow
