@@ -139,10 +139,7 @@ EngineOptions ParseModelOptions(const cxxopts::ParseResult& args, const std::str
   o.sparsity.kind = ParseSparsityKind(args["sparsity"].as<std::string>());
   o.sparsity.density = RealOption(args, "mlp-density");
   o.sparsity.gamma = RealOption(args, "gamma");
-  if (args.count("mlp-density") && o.sparsity.kind == SparsityKind::kDense &&
-      o.sparsity.density != 1.0) {
-    ThrowInputError("--mlp-density needs --sparsity (", PolicyNames(), ")");
-  }
+  CheckDensity(o.sparsity);  // now, not after the model has loaded
   if (args.count("input-fraction")) {
     if (!HasInputSplit(o.sparsity.kind)) {
       ThrowInputError("--input-fraction needs --sparsity dip or dip-ca");

@@ -44,9 +44,12 @@ const PolicyInfo& GetPolicyInfo(SparsityKind kind) {
   return Policies().front();
 }
 
-std::string PolicyNames() {
+std::string PolicyNames(bool pruning_only) {
   std::string names;
-  for (const PolicyInfo& p : Policies()) names += (names.empty() ? "" : ", ") + std::string(p.name);
+  for (const PolicyInfo& p : Policies()) {
+    if (pruning_only && p.kind == SparsityKind::kDense) continue;
+    names += (names.empty() ? "" : ", ") + std::string(p.name);
+  }
   return names;
 }
 
@@ -57,15 +60,19 @@ SparsityKind ParseSparsityKind(const std::string& name) {
   ThrowInputError("--sparsity must be one of ", PolicyNames(), " (got '", name, "')");
 }
 
-void CheckSparsity(const SparsityOptions& o, Layout layout) {
-  const PolicyInfo& info = GetPolicyInfo(o.kind);
+void CheckDensity(const SparsityOptions& o) {
   if (!(o.density > 0.0 && o.density <= 1.0)) {
     ThrowInputError("--mlp-density must be in (0, 1], not ", o.density);
   }
   if (o.kind == SparsityKind::kDense && o.density != 1.0) {
     ThrowInputError("--mlp-density ", o.density, " needs a pruning --sparsity policy (",
-                    PolicyNames(), "); dense uses every unit");
+                    PolicyNames(/*pruning_only=*/true), "); dense uses every unit");
   }
+}
+
+void CheckSparsity(const SparsityOptions& o, Layout layout) {
+  const PolicyInfo& info = GetPolicyInfo(o.kind);
+  CheckDensity(o);
   if (info.layout && *info.layout != layout) {
     ThrowInputError("--sparsity ", info.name, " needs a bundle in the ", LayoutName(*info.layout),
                     " layout (sparrow convert --layout ", LayoutName(*info.layout),

@@ -87,8 +87,10 @@ const std::vector<PolicyInfo>& Policies();
 const PolicyInfo& GetPolicyInfo(SparsityKind kind);
 // InputError naming --sparsity and the valid names otherwise.
 SparsityKind ParseSparsityKind(const std::string& name);
-// "dense, dip, dip-ca, glu, up, gate"
-std::string PolicyNames();
+// "dense, dip, dip-ca, glu, up, gate"; without dense when pruning_only.
+std::string PolicyNames(bool pruning_only = false);
+// InputError unless the density is in (0, 1] and, below 1, the policy prunes.
+void CheckDensity(const SparsityOptions& o);
 
 // The units of one group that a batch of tokens keeps: each token's own
 // top-K list and the sorted union of them all.

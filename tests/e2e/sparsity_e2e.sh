@@ -131,6 +131,12 @@ expect_input_error "pruning a GGUF" "$SPARROW" run -m "$STORIES" -p hi --sparsit
 expect_input_error "density 0" "$SPARROW" run -m "$WORK/s-dip.sparrow" -p hi --sparsity dip --mlp-density 0
 expect_input_error "density 1.5" "$SPARROW" run -m "$WORK/s-dip.sparrow" -p hi --sparsity dip --mlp-density 1.5
 expect_input_error "density without a policy" "$SPARROW" run -m "$WORK/s-dip.sparrow" -p hi --mlp-density 0.5
+# The policies it offers are the pruning ones, not dense (which was given).
+if grep -q "(dip, dip-ca, glu, up, gate)" "$WORK/bad.err"; then
+  pass "the density error offers the pruning policies"
+else
+  fail "the density error offers: $(cat "$WORK/bad.err")"
+fi
 expect_input_error "gamma 2" "$SPARROW" run -m "$WORK/s-dip.sparrow" -p hi --sparsity dip-ca --gamma 2
 expect_input_error "unknown policy" "$SPARROW" perplexity -m "$WORK/s-dip.sparrow" -f "$WORK/ppl.txt" --sparsity topk
 
