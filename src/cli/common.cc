@@ -79,7 +79,8 @@ void AddModelOptions(cxxopts::Options& options) {
        cxxopts::value<uint32_t>()->default_value("4"))
       ("cache", "Unit cache eviction: window, lru or lfu", cxxopts::value<std::string>()->default_value("window"))
       ("io", "Loader: auto (uring where the kernel allows it, else direct), pread, direct (O_DIRECT), mmap or uring", cxxopts::value<std::string>()->default_value("auto"))
-      ("io-threads", "Parallel reads in flight", cxxopts::value<int>()->default_value("16"))
+      ("io-threads", "Parallel reads in flight (default: 64 with io_uring, 16 I/O threads "
+       "otherwise)", cxxopts::value<int>())
       // 8K by default: a read costs the device a fixed time besides its
       // bytes (measured on a virtio disk: ~30-40K reads/s at ~1-2 GB/s, so
       // a read's overhead is worth ~30 KB; NVMe and UFS ~5-40 KB), so
@@ -117,7 +118,8 @@ EngineOptions ParseStreamOptions(const cxxopts::ParseResult& args, const std::st
   if (o.stream.window_tokens == 0) ThrowInputError("--window must be at least 1");
   o.stream.eviction = ParseEvictionKind(args["cache"].as<std::string>());
   o.stream.io = ParseIoMode(args["io"].as<std::string>());
-  o.stream.io_threads = args["io-threads"].as<int>();
+  o.stream.io_threads =
+      args.count("io-threads") ? args["io-threads"].as<int>() : DefaultIoParallelism(o.stream.io);
   if (o.stream.io_threads < 1 || o.stream.io_threads > 256) {
     ThrowInputError("--io-threads must be between 1 and 256");
   }

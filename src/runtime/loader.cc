@@ -57,6 +57,8 @@ std::string IoModeName(IoMode mode) {
   return "unknown";
 }
 
+int DefaultIoParallelism(IoMode mode) { return mode == IoMode::kUring ? 64 : 16; }
+
 std::unique_ptr<Loader> MakeLoader(IoMode mode, const LoaderSource& path, int threads) {
   io::CheckThreadCount(threads);
   switch (mode) {
