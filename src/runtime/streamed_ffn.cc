@@ -312,30 +312,18 @@ void StreamedFeedForward::WaitForChunk(const Chunk& c, TokenStats& ts) {
   ts.read_calls += read.totals.calls;
 }
 
-bool StreamedFeedForward::StartPrefetch(Group& next, Chunk& c,
-                                        const std::vector<uint32_t>* predicted) {
+bool StreamedFeedForward::StartPrefetch(Group& next, Chunk& c) {
   const bundle::UnitGroup& info = *next.info;
   const UnitCache& cache = *next.cache;
   c.units.clear();
-  if (predicted != nullptr) {
-    for (uint32_t u : *predicted) {
-      if (!cache.Contains(u)) c.units.push_back(u);
-    }
-    // Disk order, then as many as a chunk takes.
-    std::sort(c.units.begin(), c.units.end(), [&](uint32_t a, uint32_t b) {
-      return info.slot_of_unit[a] < info.slot_of_unit[b];
-    });
-    if (c.units.size() > cache.capacity()) c.units.resize(cache.capacity());
-  } else {
-    if (next.by_slot.empty()) {
-      next.by_slot.resize(info.n_units);
-      for (uint32_t u = 0; u < info.n_units; ++u) next.by_slot[info.slot_of_unit[u]] = u;
-    }
-    for (uint32_t u : next.by_slot) {
-      if (cache.Contains(u)) continue;
-      c.units.push_back(u);
-      if (c.units.size() == cache.capacity()) break;
-    }
+  if (next.by_slot.empty()) {
+    next.by_slot.resize(info.n_units);
+    for (uint32_t u = 0; u < info.n_units; ++u) next.by_slot[info.slot_of_unit[u]] = u;
+  }
+  for (uint32_t u : next.by_slot) {
+    if (cache.Contains(u)) continue;
+    c.units.push_back(u);
+    if (c.units.size() == cache.capacity()) break;
   }
   if (c.units.empty()) return false;
   StartChunk(info, c);
@@ -446,9 +434,8 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
   auto maybe_prefetch = [&] {
     if (in_flight || next < misses_.size()) return;
     Group& following = groups_[(g.index + 1) % groups_.size()];
-    const bool predicted = predicted_group_ == static_cast<int>(following.index);
-    if (!prefetch_across_groups_ && !predicted) return;
-    if (StartPrefetch(following, chunks_[reading], predicted ? &predicted_ : nullptr)) {
+    if (!prefetch_across_groups_) return;
+    if (StartPrefetch(following, chunks_[reading])) {
       prefetch_group_ = static_cast<int>(following.index);
       prefetch_chunk_ = reading;
     }
@@ -596,7 +583,6 @@ void StreamedFeedForward::EndPass(bool completed) {
     }
   }
   prefetch_group_ = -1;
-  predicted_group_ = -1;
   stats_.AbandonToken();
 }
 
@@ -665,17 +651,6 @@ void StreamedFeedForward::ForwardDip(uint32_t layer, const float* x, size_t n, f
   // Up and gate: sums of input columns weighted by x, each token's own
   // top K of them (the others weigh 0 for that token).
   Choose(in, x, n, d);
-  // This layer's choice of input columns predicts the next layer's (read
-  // ahead while the down columns compute); the next forward pass starts
-  // from a new token, which nothing here predicts. Not for dip-ca: its
-  // ranking favours the next layer's own cached columns, so this layer's
-  // choice predicts few of its misses (0.8% of the prefetched units used,
-  // against 52% for dip, on stories260K).
-  predicted_group_ = -1;
-  if (policy_.kind() == SparsityKind::kDip && !masks_.all() && layer + 1 < config_.n_layers) {
-    predicted_ = need_;
-    predicted_group_ = static_cast<int>(GroupFor(layer + 1, bundle::RecordKind::kDipInput).index);
-  }
   const float* xin = x;
   if (!masks_.all()) {
     masks_.ApplyMask(x, d, masked_x_.data());
