@@ -305,6 +305,7 @@ int Main(int argc, char** argv) {
 
   const bool hide_extensions = opts["hide-cpu-extensions"].as<bool>();
   simd::HideCpuExtensionsForTest(hide_extensions);
+  simd::ApplyTargetFromEnvironment();  // SPARROW_SIMD_TARGET, as for the CLI
   std::printf("SIMD target: %s (cpu: %s)%s\n", simd::CurrentTargetName().c_str(),
               simd::CpuFeatures().c_str(),
               hide_extensions ? "; run-time extensions hidden" : "");
