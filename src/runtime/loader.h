@@ -23,7 +23,7 @@ std::string IoModeName(IoMode mode);
 // Measured on a 2 vCPU Zen 4 VM's virtio disk, 1.1B-shaped synthetic Q8_0
 // dip bundle under memcap at half its size, dip-ca at density 0.5, 2
 // threads, alternated: uring 16 -> 64 entries 2.37-2.51 -> 2.73-3.07
-// tok/s (a layer's scattered misses go out in one wave instead of four);
+// tok/s (more of a layer's small scattered reads in flight at once);
 // dense streaming unchanged (2.22-2.66 against 2.21-2.91); O_DIRECT with
 // 64 threads 2.53-2.64 -> 2.56-2.94, within noise.
 int DefaultIoParallelism(IoMode mode);
