@@ -41,6 +41,7 @@
 #include "simd/quant_blocks.h"
 #include "simd/int8_dot-inl.h"  // QuantizeInt8Impl
 #include "simd/quantize-inl.h"  // PromoteHalf
+#include "simd/targets.h"       // CpuStreamsRowsItself
 
 HWY_BEFORE_NAMESPACE();
 namespace sparrow::simd {
@@ -380,14 +381,16 @@ struct StreamAhead {
   }
 };
 
-// The policy for rows the hardware prefetchers follow on their own: plain
-// float rows, read front to back. Measured on a Zen 4 VM, one thread,
-// alternated: `gemv_bench --types f32,bf16,f16 --shapes 2048x5632,5632x2048`
-// with StreamAhead F32 23.1-24.1 GB/s, BF16 20.1-21.8; without it 26.5-27.4
-// and 21.7-31.0; F16 768x32000 (a 125M model's output head) 24.1-24.4 ->
-// 31.0-31.6; `sparrow bench` on a 125M-shaped F16 file, tg64 one thread,
-// 80-83 -> 101-104 tok/s. The block-structured kernels keep StreamAhead
-// (without it Q8_0 rows fell from 15.1-16.3 to 10.2-11.6 GB/s there).
+// The policy for rows the hardware prefetchers follow on their own
+// (CpuStreamsRowsItself): plain float rows, read front to back, on CPUs
+// where software prefetches hold them back. Measured on a Zen 4 VM, one
+// thread, alternated: `gemv_bench --types f32,bf16,f16 --shapes
+// 2048x5632,5632x2048` with StreamAhead F32 23.1-24.1 GB/s, BF16
+// 20.1-21.8; without it 26.5-27.4 and 21.7-31.0; F16 768x32000 (a 125M
+// model's output head) 24.1-24.4 -> 31.0-31.6; `sparrow bench` on a
+// 125M-shaped F16 file, tg64 one thread, 80-83 -> 101-104 tok/s. The
+// block-structured row kernels keep StreamAhead everywhere (without it
+// Q8_0 rows fell from 15.1-16.3 to 10.2-11.6 GB/s there).
 template <size_t kRows>
 struct HardwarePrefetch {
   const uint8_t* const* rows;
@@ -1425,8 +1428,13 @@ struct FloatKernel {
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t cols, const Input& in,
                              float* y, size_t y_stride) {
-    StridedRows<kRows, HardwarePrefetch> s(w, stride);
-    FloatRows<WT, kRows>(s.rows, cols, in.x(), y, y_stride, s.pf);
+    if (CpuStreamsRowsItself()) {
+      StridedRows<kRows, HardwarePrefetch> s(w, stride);
+      FloatRows<WT, kRows>(s.rows, cols, in.x(), y, y_stride, s.pf);
+    } else {
+      StridedRows<kRows> s(w, stride);
+      FloatRows<WT, kRows>(s.rows, cols, in.x(), y, y_stride, s.pf);
+    }
   }
 };
 struct Q8_0Kernel {

@@ -245,6 +245,32 @@ TEST_CASE("Gemv matches GemvReference for every type, shape and target") {
   }
 }
 
+// Prefetching changes when bytes arrive, never what is computed: float
+// rows (StreamAhead or HardwarePrefetch) give the same bits either way.
+TEST_CASE("Gemv results do not depend on the prefetch policy, every float type and target") {
+  std::mt19937 rng(77);
+  for (TensorType type : {TensorType::kF32, TensorType::kF16, TensorType::kBF16}) {
+    const size_t rows = 37, cols = 3000;  // rows over several 4 KiB pages, a ragged tail
+    const size_t row_bytes = MinRowBytes(type, cols);
+    std::vector<uint8_t> w(rows * row_bytes);
+    for (size_t r = 0; r < rows; ++r) FillRow(type, cols, false, rng, w.data() + r * row_bytes);
+    const std::vector<float> x = Activations(cols, rng);
+    ForEachTarget([&](const Target& target) {
+      CAPTURE(target.name);
+      CAPTURE(TensorTypeName(type));
+      GemvInput input;
+      input.Prepare(type, x.data(), cols);
+      std::vector<float> software(rows), hardware(rows);
+      SetStreamsRowsItselfForTest(false);
+      Gemv(type, w.data(), row_bytes, cols, input, 0, rows, software.data());
+      SetStreamsRowsItselfForTest(true);
+      Gemv(type, w.data(), row_bytes, cols, input, 0, rows, hardware.data());
+      ResetStreamsRowsItselfForTest();
+      CHECK(std::memcmp(software.data(), hardware.data(), rows * sizeof(float)) == 0);
+    });
+  }
+}
+
 // The int8 form is chosen where vpdpbusd runs: always on AVX3_DL, whose
 // runtime check requires AVX-512 VNNI, and on AVX3 when the CPU reports it.
 TEST_CASE("Q4_0 activations are int8 exactly where the target and CPU have AVX-512 VNNI") {

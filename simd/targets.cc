@@ -102,7 +102,15 @@ void ForceTarget(int64_t bits) {
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
 }
 
+namespace {
+int PrefetchOverride();  // below, beside the CPU checks
+}  // namespace
+
 void ApplyTargetFromEnvironment() {
+  if (PrefetchOverride() == 2) {
+    ThrowInputError("SPARROW_PREFETCH=", std::getenv("SPARROW_PREFETCH"),
+                    ": want auto, software or hardware");
+  }
   const char* wanted = std::getenv("SPARROW_SIMD_TARGET");
   if (wanted == nullptr || *wanted == '\0') return;
   const std::vector<Target> available = AvailableTargets();
@@ -247,6 +255,50 @@ bool CpuHasX86Bf16() {
   return false;
 #endif
 }
+
+namespace {
+// SPARROW_PREFETCH: "" or "auto" -> -1 (the CPU decides), "software" -> 0,
+// "hardware" -> 1; anything else -> 2 (refused by ApplyTargetFromEnvironment).
+int PrefetchOverride() {
+  static const int value = [] {
+    const char* v = std::getenv("SPARROW_PREFETCH");
+    const std::string s = v == nullptr ? "" : v;
+    if (s.empty() || s == "auto") return -1;
+    if (s == "software") return 0;
+    if (s == "hardware") return 1;
+    return 2;
+  }();
+  return value;
+}
+
+bool IsAmdWithAvx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned max_leaf = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &max_leaf, &b, &c, &d) == 0) return false;
+  // "AuthenticAMD" in EBX, EDX, ECX; leaf 7 EBX bit 16 is AVX512F.
+  const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
+  return amd && (CpuidLeaf7().b0 & (1u << 16)) != 0;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+namespace {
+std::atomic<int> streams_itself_for_test{-1};  // -1: not forced
+}  // namespace
+
+bool CpuStreamsRowsItself() {
+  static const bool itself = [] {
+    const int o = PrefetchOverride();
+    return o == 0 || o == 1 ? o == 1 : IsAmdWithAvx512();
+  }();
+  const int forced = streams_itself_for_test.load(std::memory_order_relaxed);
+  return forced >= 0 ? forced == 1 : itself;
+}
+
+void SetStreamsRowsItselfForTest(bool itself) { streams_itself_for_test = itself ? 1 : 0; }
+void ResetStreamsRowsItselfForTest() { streams_itself_for_test = -1; }
 
 namespace {
 std::vector<std::string>& TargetsVisited() {

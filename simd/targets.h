@@ -38,6 +38,18 @@ bool CpuHasArmI8mm();
 bool CpuHasX86Vnni(bool evex);
 // Whether this is an x86 CPU with AVX512_BF16 (vcvtneps2bf16). Read once.
 bool CpuHasX86Bf16();
+// Whether the decode GEMV's row streams are left to the hardware
+// prefetchers (true) or also prefetched in software (false). Software
+// prefetches keep a stream ahead across the 4 KiB pages that a hardware
+// prefetcher may not cross; on AMD CPUs with AVX-512 (Zen 4 and later) they
+// only held the streams back (simd/gemv-inl.h: HardwarePrefetch), so there
+// the answer is true. SPARROW_PREFETCH=software|hardware overrides it (for
+// measuring both on one CPU); read once. Results do not depend on it.
+bool CpuStreamsRowsItself();
+// Tests: makes CpuStreamsRowsItself answer `itself` (both policies run on
+// any CPU); ResetStreamsRowsItselfForTest returns it to the CPU's answer.
+void SetStreamsRowsItselfForTest(bool itself);
+void ResetStreamsRowsItselfForTest();
 // Makes the four functions above answer false while `hidden` (tests: the
 // kernels' forms for CPUs without these extensions run on any CPU).
 void HideCpuExtensionsForTest(bool hidden);

@@ -281,6 +281,9 @@ int InfoCommand(int argc, char** argv) {
   std::printf(
       "  Q6_K kernels: plain rows, %s activations\n",
       simd::GemvActivationMax(TensorType::kQ6_K) == simd::kInt8ActivationMax ? "8-bit" : "16-bit");
+  std::printf("  decode row streams (packed and float rows): %s\n",
+              simd::CpuStreamsRowsItself() ? "hardware prefetch only"
+                                           : "software prefetch ahead of the hardware's");
   std::printf("  prompt batches: %s\n", ops::PromptGemmDescription().c_str());
   std::printf("  threads: %d, oneDNN: %s, OpenMP: %s, io_uring: %s\n", ThreadCount(),
               SPARROW_HAVE_ONEDNN ? "yes" : "no", SPARROW_HAVE_OPENMP ? "yes" : "no",
