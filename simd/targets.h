@@ -42,8 +42,9 @@ bool CpuHasX86Bf16();
 // prefetchers (true) or also prefetched in software (false). Software
 // prefetches keep a stream ahead across the 4 KiB pages that a hardware
 // prefetcher may not cross; on AMD CPUs with AVX-512 (Zen 4 and later) they
-// only held the streams back (simd/gemv-inl.h: HardwarePrefetch), so there
-// the answer is true. SPARROW_PREFETCH=software|hardware overrides it (for
+// only held the streams back (simd/gemv-inl.h: HardwarePrefetch; the
+// gather's DotRows over rows in order, gather-inl.h), so there the answer
+// is true. SPARROW_PREFETCH=software|hardware overrides it (for
 // measuring both on one CPU); read once. Results do not depend on it.
 bool CpuStreamsRowsItself();
 // Tests: makes CpuStreamsRowsItself answer `itself` (both policies run on
