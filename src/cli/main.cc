@@ -63,7 +63,8 @@ void PrintUsage(std::FILE* out) {
   }
   std::fprintf(out,
                "\nexit status: 0 ok, 2 bad input (message on stderr), 1 internal error or failed output\n"
-               "environment: SPARROW_SIMD_TARGET=<name> forces a SIMD target (see `sparrow info`)\n");
+               "environment: SPARROW_SIMD_TARGET=<name> forces a SIMD target (see `sparrow info`);\n"
+               "  SPARROW_PREFETCH=software|hardware forces how decode kernels prefetch their rows\n");
 }
 
 // Messages go out as one line, whatever the exception text holds.
