@@ -36,8 +36,10 @@ struct ReadOp {
 
 struct ReadTotals {
   uint64_t bytes = 0;  // bytes transferred from the file
-  // Read system calls issued: pread calls; io_uring_enter calls for
-  // kUring; madvise calls for kMmap (its page faults are not counted).
+  // Read requests issued: pread calls; ring entries for kUring (each one
+  // read the device serves, however many are submitted per system call, so
+  // traces and `simulate` see the same reads in every mode); madvise calls
+  // for kMmap (its page faults are not counted).
   uint64_t calls = 0;
 };
 

@@ -98,13 +98,13 @@ class UringLoader final : public Loader {
         }
         Queue(s);
         ++in_flight;
+        ++totals.calls;  // one read request (a retried short read is another)
       }
     };
     auto submit = [&](unsigned wait_for) {
       int rc;
       do {
         rc = io_uring_submit_and_wait(&ring_, wait_for);
-        ++totals.calls;
       } while (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY);
       if (rc < 0) {
         // Reads may still be in flight into the caller's buffers, and we
