@@ -103,7 +103,19 @@ void ForceTarget(int64_t bits) {
 }
 
 namespace {
-int PrefetchOverride();  // below, beside the CPU checks
+// SPARROW_PREFETCH: "" or "auto" -> -1 (the CPU decides), "software" -> 0,
+// "hardware" -> 1; anything else -> 2 (refused by ApplyTargetFromEnvironment).
+int PrefetchOverride() {
+  static const int value = [] {
+    const char* v = std::getenv("SPARROW_PREFETCH");
+    const std::string s = v == nullptr ? "" : v;
+    if (s.empty() || s == "auto") return -1;
+    if (s == "software") return 0;
+    if (s == "hardware") return 1;
+    return 2;
+  }();
+  return value;
+}
 }  // namespace
 
 void ApplyTargetFromEnvironment() {
@@ -257,20 +269,6 @@ bool CpuHasX86Bf16() {
 }
 
 namespace {
-// SPARROW_PREFETCH: "" or "auto" -> -1 (the CPU decides), "software" -> 0,
-// "hardware" -> 1; anything else -> 2 (refused by ApplyTargetFromEnvironment).
-int PrefetchOverride() {
-  static const int value = [] {
-    const char* v = std::getenv("SPARROW_PREFETCH");
-    const std::string s = v == nullptr ? "" : v;
-    if (s.empty() || s == "auto") return -1;
-    if (s == "software") return 0;
-    if (s == "hardware") return 1;
-    return 2;
-  }();
-  return value;
-}
-
 bool IsAmdWithAvx512() {
 #if defined(__x86_64__) || defined(__i386__)
   unsigned max_leaf = 0, b = 0, c = 0, d = 0;
@@ -282,9 +280,7 @@ bool IsAmdWithAvx512() {
   return false;
 #endif
 }
-}  // namespace
 
-namespace {
 std::atomic<int> streams_itself_for_test{-1};  // -1: not forced
 }  // namespace
 
