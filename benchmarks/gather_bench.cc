@@ -253,17 +253,12 @@ void Dots(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols,
 void Axpys(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols,
            const float* a, size_t n, float* y, CallTimer& timer) {
   const size_t count = rows.size();
-  const TensorTypeInfo& info = GetTensorTypeInfo(type);
   constexpr size_t kUnit = 64;  // columns: whole blocks of every gather type
-  const size_t unit_bytes = kUnit / info.block_elems * info.block_bytes;
   ParallelFor((cols + kUnit - 1) / kUnit, 512 / kUnit, [&](size_t begin, size_t end, int) {
     timer.Body([&] {
       const size_t c0 = begin * kUnit;
-      thread_local std::vector<const uint8_t*> columns;
-      columns.resize(count);
-      for (size_t k = 0; k < count; ++k) columns[k] = rows[k] + begin * unit_bytes;
-      simd::AxpyRows(type, columns.data(), count, std::min(cols, end * kUnit) - c0, a, count, n,
-                     y + c0, cols);
+      simd::AxpyRowColumns(type, rows.data(), count, cols, c0, std::min(cols, end * kUnit) - c0, a,
+                           count, n, y + c0, cols);
     });
   });
 }

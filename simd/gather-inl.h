@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
@@ -81,29 +82,43 @@ template <size_t kRows>
 class Prefetcher {
  public:
   Prefetcher(const uint8_t* const* rows, NextRows next, size_t row_bytes, PrefetchFrom from)
+      : Prefetcher(rows, next, 0, row_bytes, from) {}
+  // Only bytes [begin, end) of each row: the stream a kernel reads when it
+  // covers part of the rows' columns (AxpyRowColumns).
+  Prefetcher(const uint8_t* const* rows, NextRows next, size_t begin, size_t end, PrefetchFrom from)
       : rows_(rows),
         next_(next),
-        row_bytes_(row_bytes),
-        ahead_(std::min(kPrefetchAhead, row_bytes)),
-        done_(from == PrefetchFrom::kStart     ? 0
-              : from == PrefetchFrom::kCovered ? ahead_
+        begin_(begin),
+        end_(end),
+        ahead_(std::min(kPrefetchAhead, end - begin)),
+        done_(from == PrefetchFrom::kStart     ? begin
+              : from == PrefetchFrom::kCovered ? begin + ahead_
                                                : ~size_t{0} / 2) {}
 
   // Prefetches everything before offset `pos` + the distance.
   HWY_INLINE void Upto(size_t pos) {
-    for (const size_t end = pos + ahead_; done_ < end; done_ += 64) {
-      if (done_ < row_bytes_) {
+    for (const size_t limit = pos + ahead_; done_ < limit; done_ += 64) {
+      if (done_ < end_) {
         for (size_t r = 0; r < kRows; ++r) hwy::Prefetch(rows_[r] + done_);
-      } else if (done_ - row_bytes_ < row_bytes_) {
-        for (size_t r = 0; r < next_.count; ++r) hwy::Prefetch(next_.rows[r] + (done_ - row_bytes_));
+      } else if (done_ - end_ < end_ - begin_) {
+        const size_t at = begin_ + (done_ - end_);
+        for (size_t r = 0; r < next_.count; ++r) hwy::Prefetch(next_.rows[r] + at);
       }
+    }
+  }
+
+  // Prefetches bytes [offset, offset + bytes) of the next group's rows.
+  HWY_INLINE void NextRegion(size_t offset, size_t bytes) const {
+    for (size_t b = 0; b < bytes; b += 64) {
+      for (size_t r = 0; r < next_.count; ++r) hwy::Prefetch(next_.rows[r] + offset + b);
     }
   }
 
  private:
   const uint8_t* const* rows_;
   NextRows next_;
-  size_t row_bytes_;
+  size_t begin_;
+  size_t end_;
   size_t ahead_;
   size_t done_;
 };
@@ -294,36 +309,46 @@ HWY_INLINE void ScaledHalfScales(DF df, const uint8_t* HWY_RESTRICT blocks,
 }
 
 // s[r][b] = a[r] * (scale of block g0 + b of row r) for the blocks g0..
-// (at most Lanes(dfull)) of each of the kRows rows.
+// (at most Lanes(dfull)) of each of the kRows rows, whose block 0's scale is
+// at byte `base` and whose blocks' scales are `block_bytes` apart.
 template <size_t kRows, class DF>
 HWY_INLINE void CoeffScales(DF dfull, const uint8_t* const* rows, const float* a,
-                            size_t block_bytes, size_t nblocks, size_t g0,
+                            size_t block_bytes, size_t base, size_t nblocks, size_t g0,
                             float (*s)[kMaxFloatLanes]) {
   const size_t count = std::min(hn::Lanes(dfull), nblocks - g0);
-  const size_t at = g0 * block_bytes;
+  const size_t at = base + g0 * block_bytes;
   for (size_t r = 0; r < kRows; ++r) {
     ScaledHalfScales(dfull, rows[r] + at, block_bytes, count, a[r], s[r]);
   }
 }
 
-// y[0..cols) += a[r] * rows[r][..] for r < kRows, in that order.
+// The columns an axpy kernel covers: [first, first + width) of rows that
+// hold row_cols elements (first and width whole blocks of the type).
+struct ColumnWindow {
+  size_t first;
+  size_t width;
+  size_t row_cols;
+};
+
+// y[0..width) += a[r] * rows[r][first..] for r < kRows, in that order.
 template <typename WT, size_t kRows>
-HWY_INLINE void FloatAxpys(const uint8_t* const* HWY_RESTRICT rows,
-                           const float* HWY_RESTRICT a, size_t cols, float* HWY_RESTRICT y,
-                           Prefetcher<kRows>& pf) {
+HWY_INLINE void FloatAxpys(const uint8_t* const* HWY_RESTRICT rows, const float* HWY_RESTRICT a,
+                           ColumnWindow window, float* HWY_RESTRICT y, Prefetcher<kRows>& pf) {
   const hn::ScalableTag<float> df;
   const size_t N = hn::Lanes(df);
-  const WT* r0 = reinterpret_cast<const WT*>(rows[0]);
-  const WT* r1 = reinterpret_cast<const WT*>(rows[1 % kRows]);
-  const WT* r2 = reinterpret_cast<const WT*>(rows[2 % kRows]);
-  const WT* r3 = reinterpret_cast<const WT*>(rows[3 % kRows]);
+  const size_t cols = window.width;
+  const size_t first = window.first;
+  const WT* r0 = reinterpret_cast<const WT*>(rows[0]) + first;
+  const WT* r1 = reinterpret_cast<const WT*>(rows[1 % kRows]) + first;
+  const WT* r2 = reinterpret_cast<const WT*>(rows[2 % kRows]) + first;
+  const WT* r3 = reinterpret_cast<const WT*>(rows[3 % kRows]) + first;
   const auto c0 = hn::Set(df, a[0]);
   const auto c1 = hn::Set(df, a[1 % kRows]);
   const auto c2 = hn::Set(df, a[2 % kRows]);
   const auto c3 = hn::Set(df, a[3 % kRows]);
   size_t i = 0;
   for (; i + N <= cols; i += N) {
-    pf.Upto(i * sizeof(WT));
+    pf.Upto((first + i) * sizeof(WT));
     auto acc = hn::LoadU(df, y + i);
     acc = hn::MulAdd(c0, LoadAsFloat(df, r0 + i), acc);
     if constexpr (kRows > 1) acc = hn::MulAdd(c1, LoadAsFloat(df, r1 + i), acc);
@@ -361,9 +386,9 @@ HWY_INLINE void FloatAxpys(const uint8_t* const* HWY_RESTRICT rows,
 // row. The next group of blocks' scales are gathered before the current
 // group's arithmetic, as in the GEMV kernels.
 template <size_t kRows>
-HWY_INLINE void Q8_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
-                          const float* HWY_RESTRICT a, size_t nblocks, float* HWY_RESTRICT y,
-                          Prefetcher<kRows>& pf) {
+HWY_INLINE void Q8_0Axpys(const uint8_t* const* HWY_RESTRICT rows, const float* HWY_RESTRICT a,
+                          ColumnWindow window, float* HWY_RESTRICT y, Prefetcher<kRows>& pf) {
+  const size_t nblocks = window.width / 32;
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
   const hn::CappedTag<float, 32> df;  // at most one block per vector
@@ -378,15 +403,18 @@ HWY_INLINE void Q8_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
   auto q = [&](const int8_t* p) HWY_ATTR {
     return hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, p)));
   };
+  const size_t base = window.first / 32 * kBB;  // the window's first block
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
-  CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, 0, sw[0]);
+  CoeffScales<kRows>(dfull, rows, a, kBB, base, nblocks, 0, sw[0]);
   size_t cur = 0;
   for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
-    if (g0 + G < nblocks) CoeffScales<kRows>(dfull, rows, a, kBB, nblocks, g0 + G, sw[cur ^ 1]);
+    if (g0 + G < nblocks) {
+      CoeffScales<kRows>(dfull, rows, a, kBB, base, nblocks, g0 + G, sw[cur ^ 1]);
+    }
     const size_t count = std::min(G, nblocks - g0);
     const float(*s)[kMaxFloatLanes] = sw[cur];
     for (size_t b = 0; b < count; ++b) {
-      const size_t at = (g0 + b) * kBB + 2;
+      const size_t at = base + (g0 + b) * kBB + 2;
       pf.Upto(at);
       float* yb = y + (g0 + b) * 32;
       for (size_t e = 0; e < 32; e += N) {
@@ -435,9 +463,9 @@ HWY_INLINE __m512i Q4_0Bytes16(const uint8_t* p) {
 
 // kSplit: Q4_0S rows.
 template <size_t kRows, bool kSplit>
-HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
-                          const float* HWY_RESTRICT a, size_t nblocks, float* HWY_RESTRICT y,
-                          Prefetcher<kRows>& pf) {
+HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows, const float* HWY_RESTRICT a,
+                          ColumnWindow window, float* HWY_RESTRICT y, Prefetcher<kRows>& pf) {
+  const size_t nblocks = window.width / 32;
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
   const hn::CappedTag<float, 16> df;  // at most one block's 16 bytes
@@ -445,7 +473,8 @@ HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
   const hn::Rebind<uint32_t, decltype(df)> du32;
   const hn::Rebind<uint8_t, decltype(df)> du8;
   const size_t N = hn::Lanes(df);
-  const Q4_0Layout layout = Q4_0Layout::For(kSplit, nblocks);
+  const Q4_0Layout layout = Q4_0Layout::For(kSplit, window.row_cols / 32);
+  const size_t b0 = window.first / 32;  // the window's first block
   const uint8_t* const r0 = rows[0];
   const uint8_t* const r1 = rows[1 % kRows];
   const uint8_t* const r2 = rows[2 % kRows];
@@ -473,17 +502,23 @@ HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
     hi = hn::MulAdd(sv, hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(bytes), eight)), hi);
   };
 #endif
+  // A Q4_0S window's scales lie apart from its nibbles (the prefetched
+  // stream, Q4_0Axpy::Stream): the next group's are prefetched now.
+  const size_t base = b0 * layout.scale_stride;
+  if (kSplit && window.width != window.row_cols) {
+    pf.NextRegion(base, nblocks * layout.scale_stride);
+  }
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
-  CoeffScales<kRows>(dfull, rows, a, layout.scale_stride, nblocks, 0, sw[0]);
+  CoeffScales<kRows>(dfull, rows, a, layout.scale_stride, base, nblocks, 0, sw[0]);
   size_t cur = 0;
   for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
     if (g0 + G < nblocks) {
-      CoeffScales<kRows>(dfull, rows, a, layout.scale_stride, nblocks, g0 + G, sw[cur ^ 1]);
+      CoeffScales<kRows>(dfull, rows, a, layout.scale_stride, base, nblocks, g0 + G, sw[cur ^ 1]);
     }
     const size_t count = std::min(G, nblocks - g0);
     const float(*s)[kMaxFloatLanes] = sw[cur];
     for (size_t b = 0; b < count; ++b) {
-      const size_t at = layout.nibbles_at + (g0 + b) * layout.nibble_stride;
+      const size_t at = layout.nibbles_at + (b0 + g0 + b) * layout.nibble_stride;
       pf.Upto(at);
       float* yb = y + (g0 + b) * 32;
       for (size_t e = 0; e < 16; e += N) {
@@ -500,33 +535,49 @@ HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows,
   }
 }
 
+// Each kernel's Stream(window) is the span of a row's bytes it reads in
+// order, which the prefetcher runs along (and on into the next group's).
 template <typename WT>
 struct FloatAxpy {
   static constexpr bool kQuantized = false;
-  static size_t RowBytes(size_t cols) { return cols * sizeof(WT); }
+  static std::pair<size_t, size_t> Stream(ColumnWindow w) {
+    return {w.first * sizeof(WT), (w.first + w.width) * sizeof(WT)};
+  }
   template <size_t kRows>
-  static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, size_t cols,
+  static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, ColumnWindow window,
                              float* y, Prefetcher<kRows>& pf) {
-    FloatAxpys<WT, kRows>(rows, a, cols, y, pf);
+    FloatAxpys<WT, kRows>(rows, a, window, y, pf);
   }
 };
 struct Q8_0Axpy {
   static constexpr bool kQuantized = true;
-  static size_t RowBytes(size_t cols) { return cols / 32 * sizeof(BlockQ8_0); }
+  static std::pair<size_t, size_t> Stream(ColumnWindow w) {
+    return {w.first / 32 * sizeof(BlockQ8_0), (w.first + w.width) / 32 * sizeof(BlockQ8_0)};
+  }
   template <size_t kRows>
-  static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, size_t cols,
+  static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, ColumnWindow window,
                              float* y, Prefetcher<kRows>& pf) {
-    Q8_0Axpys<kRows>(rows, a, cols / 32, y, pf);
+    Q8_0Axpys<kRows>(rows, a, window, y, pf);
   }
 };
 template <bool kSplit>  // Q4_0S rows
 struct Q4_0Axpy {
   static constexpr bool kQuantized = true;
-  static size_t RowBytes(size_t cols) { return cols / 32 * sizeof(BlockQ4_0); }
+  // Q4_0S: the whole row when the window is (its scales lead the stream),
+  // else the window's nibbles (its scales are prefetched apart).
+  static std::pair<size_t, size_t> Stream(ColumnWindow w) {
+    const size_t row_blocks = w.row_cols / 32;
+    const Q4_0Layout layout = Q4_0Layout::For(kSplit, row_blocks);
+    const size_t b0 = w.first / 32, b1 = (w.first + w.width) / 32;
+    if (!kSplit) return {b0 * sizeof(BlockQ4_0), b1 * sizeof(BlockQ4_0)};
+    if (w.width == w.row_cols) return {0, row_blocks * sizeof(BlockQ4_0)};
+    return {size_t{layout.nibbles_at + b0 * layout.nibble_stride},
+            size_t{layout.nibbles_at + b1 * layout.nibble_stride}};
+  }
   template <size_t kRows>
-  static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, size_t cols,
+  static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, ColumnWindow window,
                              float* y, Prefetcher<kRows>& pf) {
-    Q4_0Axpys<kRows, kSplit>(rows, a, cols / 32, y, pf);
+    Q4_0Axpys<kRows, kSplit>(rows, a, window, y, pf);
   }
 };
 
@@ -557,17 +608,17 @@ HWY_INLINE void NextAxpyGroup(const uint8_t* const* rows, const float* a, size_t
 // (rows in L2), median of the best figures: Q4_0S 5.78 -> 6.33 GB/s,
 // Q8_0 6.75 -> 7.51.
 template <class K, size_t kRows>
-HWY_NOINLINE void RunAxpyGroup(const AxpyGroup& g, const AxpyGroup& next, size_t cols,
-                               size_t row_bytes, PrefetchFrom prefetched, float* y) {
-  Prefetcher<kRows> pf(g.rows, NextRows{next.rows, next.m}, row_bytes, prefetched);
-  K::template Run<kRows>(g.rows, g.coeff, cols, y, pf);
+HWY_NOINLINE void RunAxpyGroup(const AxpyGroup& g, const AxpyGroup& next, ColumnWindow window,
+                               PrefetchFrom prefetched, float* y) {
+  const auto [begin, end] = K::Stream(window);
+  Prefetcher<kRows> pf(g.rows, NextRows{next.rows, next.m}, begin, end, prefetched);
+  K::template Run<kRows>(g.rows, g.coeff, window, y, pf);
 }
 
 // One token: the rows with a nonzero coefficient, four at a time, in order.
 template <class K>
-HWY_INLINE void AxpyOneToken(const uint8_t* const* rows, size_t count, size_t cols,
+HWY_INLINE void AxpyOneToken(const uint8_t* const* rows, size_t count, ColumnWindow window,
                              const float* a, float* y) {
-  const size_t row_bytes = K::RowBytes(cols);
   size_t k = 0;
   AxpyGroup cur, next;
   NextAxpyGroup(rows, a, count, &k, &cur);
@@ -577,16 +628,16 @@ HWY_INLINE void AxpyOneToken(const uint8_t* const* rows, size_t count, size_t co
   while (cur.m != 0) {
     switch (cur.m) {
       case 4:
-        RunAxpyGroup<K, 4>(cur, next, cols, row_bytes, prefetched, y);
+        RunAxpyGroup<K, 4>(cur, next, window, prefetched, y);
         break;
       case 3:
-        RunAxpyGroup<K, 3>(cur, next, cols, row_bytes, prefetched, y);
+        RunAxpyGroup<K, 3>(cur, next, window, prefetched, y);
         break;
       case 2:
-        RunAxpyGroup<K, 2>(cur, next, cols, row_bytes, prefetched, y);
+        RunAxpyGroup<K, 2>(cur, next, window, prefetched, y);
         break;
       default:
-        RunAxpyGroup<K, 1>(cur, next, cols, row_bytes, prefetched, y);
+        RunAxpyGroup<K, 1>(cur, next, window, prefetched, y);
         break;
     }
     prefetched = PrefetchFrom::kCovered;
@@ -760,8 +811,9 @@ HWY_INLINE void TileAxpys(size_t m, const float* const* q, const float* c,
 // same per-element operations as AxpyOneToken.
 template <bool kQuantized>
 HWY_INLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t count,
-                          size_t cols, const float* a, size_t a_stride, size_t n,
-                          float* y, size_t y_stride) {
+                          ColumnWindow window, const float* a, size_t a_stride, size_t n, float* y,
+                          size_t y_stride) {
+  const size_t cols = window.width;
   const hn::ScalableTag<float> dfull;
   [[maybe_unused]] const size_t G = hn::Lanes(dfull);
   HWY_ALIGN float tile[kAxpyGroupRows][kTileCols];
@@ -787,7 +839,8 @@ HWY_INLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t co
       const size_t len = std::min(kTileCols, cols - c0);
       const size_t nb = len / 32;
       for (size_t r = 0; r < m; ++r) {
-        ConvertSpan(type, rows[picked[r]], cols, c0, len, tile[r], scales[r]);
+        ConvertSpan(type, rows[picked[r]], window.row_cols, window.first + c0, len, tile[r],
+                    scales[r]);
       }
       for (size_t t = 0; t < n; ++t) {
         const float* q[kAxpyGroupRows];
@@ -819,31 +872,31 @@ HWY_INLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t co
   }
 }
 
-// The caller has checked the type and cols.
+// The caller has checked the type and the window.
 HWY_INLINE void AxpyRowsImpl(TensorType type, const uint8_t* const* rows, size_t count,
-                             size_t cols, const float* a, size_t a_stride, size_t n,
+                             ColumnWindow window, const float* a, size_t a_stride, size_t n,
                              float* y, size_t y_stride) {
   if (n > 1) {
     // Every gather type with blocks is quantized (Q8_0, Q4_0, Q4_0S).
     const bool quantized = GetTensorTypeInfo(type).block_elems > 1;
     if (quantized) {
-      return AxpyBatch<true>(type, rows, count, cols, a, a_stride, n, y, y_stride);
+      return AxpyBatch<true>(type, rows, count, window, a, a_stride, n, y, y_stride);
     }
-    return AxpyBatch<false>(type, rows, count, cols, a, a_stride, n, y, y_stride);
+    return AxpyBatch<false>(type, rows, count, window, a, a_stride, n, y, y_stride);
   }
   switch (type) {
     case TensorType::kF32:
-      return AxpyOneToken<FloatAxpy<float>>(rows, count, cols, a, y);
+      return AxpyOneToken<FloatAxpy<float>>(rows, count, window, a, y);
     case TensorType::kF16:
-      return AxpyOneToken<FloatAxpy<hwy::float16_t>>(rows, count, cols, a, y);
+      return AxpyOneToken<FloatAxpy<hwy::float16_t>>(rows, count, window, a, y);
     case TensorType::kBF16:
-      return AxpyOneToken<FloatAxpy<hwy::bfloat16_t>>(rows, count, cols, a, y);
+      return AxpyOneToken<FloatAxpy<hwy::bfloat16_t>>(rows, count, window, a, y);
     case TensorType::kQ8_0:
-      return AxpyOneToken<Q8_0Axpy>(rows, count, cols, a, y);
+      return AxpyOneToken<Q8_0Axpy>(rows, count, window, a, y);
     case TensorType::kQ4_0:
-      return AxpyOneToken<Q4_0Axpy<false>>(rows, count, cols, a, y);
+      return AxpyOneToken<Q4_0Axpy<false>>(rows, count, window, a, y);
     case TensorType::kQ4_0S:
-      return AxpyOneToken<Q4_0Axpy<true>>(rows, count, cols, a, y);
+      return AxpyOneToken<Q4_0Axpy<true>>(rows, count, window, a, y);
     default:
       return;
   }

@@ -17,9 +17,9 @@ void DotRowsT(TensorType type, const uint8_t* const* rows, size_t count, size_t 
   DotRowsImpl(type, rows, count, cols, x, n, out, out_stride);
 }
 
-void AxpyRowsT(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
-               const float* a, size_t a_stride, size_t n, float* y, size_t y_stride) {
-  AxpyRowsImpl(type, rows, count, cols, a, a_stride, n, y, y_stride);
+void AxpyRowsT(TensorType type, const uint8_t* const* rows, size_t count, size_t cols, size_t first,
+               size_t width, const float* a, size_t a_stride, size_t n, float* y, size_t y_stride) {
+  AxpyRowsImpl(type, rows, count, ColumnWindow{first, width, cols}, a, a_stride, n, y, y_stride);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -55,6 +55,17 @@ void CheckRows(const char* what, TensorType type, size_t cols) {
   }
 }
 
+// Throws std::invalid_argument unless [first, first + width) is a nonempty
+// run of whole blocks inside rows of `cols` elements.
+void CheckWindow(const char* what, TensorType type, size_t cols, size_t first, size_t width) {
+  const uint32_t block = GetTensorTypeInfo(type).block_elems;
+  if (width == 0 || first % block != 0 || width % block != 0 || first > cols ||
+      width > cols - first) {
+    throw std::invalid_argument(StrCat(what, ": columns [", first, ", ", first + width,
+                                       ") are not whole blocks of ", block, " inside ", cols));
+  }
+}
+
 void CheckStride(const char* what, size_t n, size_t stride, size_t width) {
   if (n > 1 && stride < width) {
     throw std::invalid_argument(
@@ -83,11 +94,19 @@ void DotRows(TensorType type, const uint8_t* const* rows, size_t count, size_t c
 
 void AxpyRows(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
               const float* a, size_t a_stride, size_t n, float* y, size_t y_stride) {
+  AxpyRowColumns(type, rows, count, cols, 0, cols, a, a_stride, n, y, y_stride);
+}
+
+void AxpyRowColumns(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
+                    size_t first, size_t width, const float* a, size_t a_stride, size_t n, float* y,
+                    size_t y_stride) {
   if (count == 0 || n == 0) return;
   CheckRows("AxpyRows", type, cols);
+  CheckWindow("AxpyRows", type, cols, first, width);
   CheckStride("AxpyRows", n, a_stride, count);
-  CheckStride("AxpyRows", n, y_stride, cols);
-  HWY_DYNAMIC_DISPATCH(AxpyRowsT)(type, rows, count, cols, a, a_stride, n, y, y_stride);
+  CheckStride("AxpyRows", n, y_stride, width);
+  HWY_DYNAMIC_DISPATCH(AxpyRowsT)
+  (type, rows, count, cols, first, width, a, a_stride, n, y, y_stride);
 }
 
 void DotRowsReference(TensorType type, const uint8_t* const* rows, size_t count,
@@ -111,13 +130,20 @@ void DotRowsReference(TensorType type, const uint8_t* const* rows, size_t count,
 void AxpyRowsReference(TensorType type, const uint8_t* const* rows, size_t count,
                        size_t cols, const float* a, size_t a_stride, size_t n,
                        float* y, size_t y_stride) {
+  AxpyRowColumnsReference(type, rows, count, cols, 0, cols, a, a_stride, n, y, y_stride);
+}
+
+void AxpyRowColumnsReference(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
+                             size_t first, size_t width, const float* a, size_t a_stride, size_t n,
+                             float* y, size_t y_stride) {
   if (count == 0 || n == 0) return;
   CheckRows("AxpyRowsReference", type, cols);
+  CheckWindow("AxpyRowsReference", type, cols, first, width);
   CheckStride("AxpyRowsReference", n, a_stride, count);
-  CheckStride("AxpyRowsReference", n, y_stride, cols);
-  std::vector<double> acc(n * cols);
+  CheckStride("AxpyRowsReference", n, y_stride, width);
+  std::vector<double> acc(n * width);
   for (size_t t = 0; t < n; ++t) {
-    for (size_t i = 0; i < cols; ++i) acc[t * cols + i] = y[t * y_stride + i];
+    for (size_t i = 0; i < width; ++i) acc[t * width + i] = y[t * y_stride + i];
   }
   std::vector<float> w(cols);
   for (size_t k = 0; k < count; ++k) {
@@ -128,12 +154,14 @@ void AxpyRowsReference(TensorType type, const uint8_t* const* rows, size_t count
     for (size_t t = 0; t < n; ++t) {
       const double coeff = a[t * a_stride + k];
       if (coeff == 0.0) continue;
-      double* at = acc.data() + t * cols;
-      for (size_t i = 0; i < cols; ++i) at[i] += coeff * double(w[i]);
+      double* at = acc.data() + t * width;
+      for (size_t i = 0; i < width; ++i) at[i] += coeff * double(w[first + i]);
     }
   }
   for (size_t t = 0; t < n; ++t) {
-    for (size_t i = 0; i < cols; ++i) y[t * y_stride + i] = static_cast<float>(acc[t * cols + i]);
+    for (size_t i = 0; i < width; ++i) {
+      y[t * y_stride + i] = static_cast<float>(acc[t * width + i]);
+    }
   }
 }
 

@@ -53,6 +53,17 @@ void AxpyRows(TensorType type, const uint8_t* const* rows, size_t count,
               size_t cols, const float* a, size_t a_stride, size_t n, float* y,
               size_t y_stride);
 
+// AxpyRows over columns [first, first + width) of rows that hold `cols`
+// elements each: y[t * y_stride + i] gains the terms of column first + i.
+// first and width are whole blocks (std::invalid_argument otherwise). The
+// rows are still given by their starts: a Q4_0S row keeps its scales apart
+// from its nibbles, so no pointer into it starts a window. Each element gets
+// the same operations as from AxpyRows over the whole rows, so threads that
+// split the columns between them get the one-thread result.
+void AxpyRowColumns(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
+                    size_t first, size_t width, const float* a, size_t a_stride, size_t n, float* y,
+                    size_t y_stride);
+
 // Scalar references: rows dequantized to f32 (DequantizeRowReference), sums
 // in double, rounded to f32 once. x is n x cols (row-major) for DotRows.
 // AxpyRowsReference skips zero coefficients like AxpyRows.
@@ -62,5 +73,8 @@ void DotRowsReference(TensorType type, const uint8_t* const* rows, size_t count,
 void AxpyRowsReference(TensorType type, const uint8_t* const* rows,
                        size_t count, size_t cols, const float* a,
                        size_t a_stride, size_t n, float* y, size_t y_stride);
+void AxpyRowColumnsReference(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
+                             size_t first, size_t width, const float* a, size_t a_stride, size_t n,
+                             float* y, size_t y_stride);
 
 }  // namespace sparrow::simd

@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -440,6 +441,62 @@ TEST_CASE("AxpyRows matches the reference, the exact multiply-add chain, and its
           }
         }
       });
+    }
+  }
+}
+
+// The ops layer's threads each take a window of the rows' columns: the
+// windows together must give AxpyRows' bits over the whole rows, for every
+// layout (a Q4_0S row's scales and nibbles lie apart, so its window is not a
+// pointer into it) and both the one-token and the batch kernels.
+TEST_CASE("AxpyRowColumns over windows gives the bits of AxpyRows over whole rows") {
+  std::mt19937 rng(31);
+  for (TensorType type : kTypes) {
+    const size_t cols = 640, count = 11;  // 20 blocks
+    const Pool pool = MakePool(type, cols, 9, false, rng);
+    const std::vector<const uint8_t*> rows = Pick(pool, pool.rows.size(), count, rng);
+    const std::pair<size_t, size_t> windows[] = {{0, 64}, {64, 320}, {384, 256}};
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (size_t n : {size_t{1}, size_t{3}}) {
+      std::vector<float> a(n * count), y0(n * cols);
+      for (float& v : a) v = normal(rng);
+      for (float& v : y0) v = normal(rng);
+      std::vector<float> ref_whole = y0, ref_parts = y0;
+      AxpyRowsReference(type, rows.data(), count, cols, a.data(), count, n, ref_whole.data(), cols);
+      for (const auto& [first, width] : windows) {
+        AxpyRowColumnsReference(type, rows.data(), count, cols, first, width, a.data(), count, n,
+                                ref_parts.data() + first, cols);
+      }
+      CHECK(ref_parts == ref_whole);
+      ForEachTarget([&](const Target& target) {
+        CAPTURE(target.name);
+        CAPTURE(TensorTypeName(type));
+        CAPTURE(n);
+        std::vector<float> whole = y0, parts = y0;
+        AxpyRows(type, rows.data(), count, cols, a.data(), count, n, whole.data(), cols);
+        for (const auto& [first, width] : windows) {
+          AxpyRowColumns(type, rows.data(), count, cols, first, width, a.data(), count, n,
+                         parts.data() + first, cols);
+        }
+        REQUIRE(std::memcmp(whole.data(), parts.data(), whole.size() * sizeof(float)) == 0);
+        for (size_t i = 0; i < whole.size(); ++i) {
+          CAPTURE(i);
+          REQUIRE(std::fabs(double(whole[i]) - ref_whole[i]) <=
+                  1e-3 * (1 + std::fabs(ref_whole[i])));
+        }
+      });
+    }
+    // Windows that are not whole blocks inside the rows.
+    float a = 1.0f, y[640] = {};
+    const size_t block = IsQuantized(type) ? 32 : 1;
+    CHECK_THROWS_AS(AxpyRowColumns(type, rows.data(), 1, cols, 0, 0, &a, 1, 1, y, cols),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(
+        AxpyRowColumns(type, rows.data(), 1, cols, cols - block, 2 * block, &a, 1, 1, y, cols),
+        std::invalid_argument);
+    if (block > 1) {
+      CHECK_THROWS_AS(AxpyRowColumns(type, rows.data(), 1, cols, 16, 32, &a, 1, 1, y, cols),
+                      std::invalid_argument);
     }
   }
 }

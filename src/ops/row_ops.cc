@@ -279,10 +279,10 @@ void RowDots(const RowSet& rows, const float* x, size_t n, float* out) {
 uint64_t RowAxpysScratchBytes(TensorType type, size_t cols, size_t max_rows, size_t n) {
   if (cols == 0 || n == 0) return 0;
   const uint64_t threads = static_cast<uint64_t>(ThreadCount());
-  // Each thread's row pointers for its columns (RowAxpys' `slice`); for the
-  // types without a gather kernel, each thread's dequantized row
+  // The gather types share RowDots' row pointers (RowDotsScratchBytes).
+  // The types without a gather kernel: each thread's dequantized row
   // (AxpyRangeByRow) and every thread's but the caller's sums (`partial`).
-  uint64_t bytes = threads * max_rows * sizeof(const uint8_t*);
+  uint64_t bytes = 0;
   if (!simd::GatherSupports(type)) {
     bytes += (threads * cols + (threads - 1) * uint64_t{n} * cols) * sizeof(float);
   }
@@ -319,20 +319,18 @@ void RowAxpys(const RowSet& rows, const float* a, size_t n, float* y) {
     // last-bit differences into steps of 1/254: a 1.1B-shaped Q8_0 bundle
     // at two threads gave --block 2 the text of --block 1 for 15 of 16
     // prompts (16 of 16 at one thread).
-    const TensorTypeInfo& info = GetTensorTypeInfo(rows.type);
+    // Each thread takes a window of every row's columns (AxpyRowColumns:
+    // a Q4_0S row's window is not a pointer into it).
     const size_t unit = 64;  // columns: whole blocks of every gather type
     const size_t units = (cols + unit - 1) / unit;
-    const size_t unit_bytes = unit / info.block_elems * info.block_bytes;
     ParallelFor(units, std::max<size_t>(1, 512 / unit), [&](size_t begin, size_t end, int) {
       const size_t c0 = begin * unit, width = std::min(cols, end * unit) - c0;
-      thread_local std::vector<const uint8_t*> slice;
-      slice.resize(count);
-      for (size_t k = 0; k < count; ++k) slice[k] = pointers[k] + begin * unit_bytes;
       if (fast) {
-        simd::AxpyRows(rows.type, slice.data(), count, width, a, count, n, y + c0, cols);
+        simd::AxpyRowColumns(rows.type, pointers, count, cols, c0, width, a, count, n, y + c0,
+                             cols);
       } else {
-        simd::AxpyRowsReference(rows.type, slice.data(), count, width, a, count, n, y + c0,
-                                cols);
+        simd::AxpyRowColumnsReference(rows.type, pointers, count, cols, c0, width, a, count, n,
+                                      y + c0, cols);
       }
     });
     return;

@@ -200,6 +200,21 @@ if [ -n "$p_q4_0" ] && [ -n "$p_q4_0s" ] && [ -n "$p_ref" ] && within_rel "$p_q4
 else
   fail "q4_0s bundle: perplexity '$p_q4_0s', q4_0 '$p_q4_0', reference '$p_ref' not within 1e-3"
 fi
+# Two threads split the down rows' columns (64 at a time, 512 per thread at
+# least), so rows of 1024 give each its half: the text of one thread, for
+# Q4_0S records (whose second half is not a pointer into the row) and Q8_0.
+"$SPARROW" synth -o "$WORK/wide.gguf" --dim 1024 --ffn 256 --layers 2 --heads 8 --vocab 1000 \
+  --type q4_0 --seed 3 2>/dev/null
+for type in q4_0s q8_0; do
+  "$SPARROW" convert -m "$WORK/wide.gguf" -o "$WORK/wide-$type.sparrow" --type $type 2>/dev/null
+  one=$("$SPARROW" run -m "$WORK/wide-$type.sparrow" -p "Once upon a time" -n 16 --temp 0 -t 1 2>/dev/null)
+  two=$("$SPARROW" run -m "$WORK/wide-$type.sparrow" -p "Once upon a time" -n 16 --temp 0 -t 2 2>/dev/null)
+  if [ -n "$one" ] && [ "$one" = "$two" ]; then
+    pass "$type bundle with 1024-element rows: the same text at one and two threads"
+  else
+    fail "$type bundle with 1024-element rows: '$one' at one thread, '$two' at two"
+  fi
+done
 # A budget that holds only part of the feed-forward: still the same text.
 # A synthetic model with 3 MiB of feed-forward records keeps the margin well
 # above the run-to-run noise of the process's own footprint. The minimum
