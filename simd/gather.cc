@@ -22,6 +22,10 @@ void AxpyRowsT(TensorType type, const uint8_t* const* rows, size_t count, size_t
   AxpyRowsImpl(type, rows, count, ColumnWindow{first, width, cols}, a, a_stride, n, y, y_stride);
 }
 
+size_t AxpyRowsScratchBytesT(TensorType type, size_t cols) {
+  return AxpyRowsScratchBytesImpl(type, cols);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace sparrow::simd
 HWY_AFTER_NAMESPACE();
@@ -38,6 +42,7 @@ namespace sparrow::simd {
 
 HWY_EXPORT(DotRowsT);
 HWY_EXPORT(AxpyRowsT);
+HWY_EXPORT(AxpyRowsScratchBytesT);
 
 namespace {
 
@@ -90,6 +95,10 @@ void DotRows(TensorType type, const uint8_t* const* rows, size_t count, size_t c
     }
   }
   HWY_DYNAMIC_DISPATCH(DotRowsT)(type, rows, count, cols, x, n, out, out_stride);
+}
+
+size_t AxpyRowsScratchBytes(TensorType type, size_t cols) {
+  return HWY_DYNAMIC_DISPATCH(AxpyRowsScratchBytesT)(type, cols);
 }
 
 void AxpyRows(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,

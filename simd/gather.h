@@ -53,6 +53,10 @@ void AxpyRows(TensorType type, const uint8_t* const* rows, size_t count,
               size_t cols, const float* a, size_t a_stride, size_t n, float* y,
               size_t y_stride);
 
+// Bytes AxpyRows and AxpyRowColumns keep on each thread that calls them
+// for rows of `cols` elements (for the budget; the SIMD target decides).
+size_t AxpyRowsScratchBytes(TensorType type, size_t cols);
+
 // AxpyRows over columns [first, first + width) of rows that hold `cols`
 // elements each: y[t * y_stride + i] gains the terms of column first + i.
 // first and width are whole blocks (std::invalid_argument otherwise). The

@@ -279,10 +279,11 @@ void RowDots(const RowSet& rows, const float* x, size_t n, float* out) {
 uint64_t RowAxpysScratchBytes(TensorType type, size_t cols, size_t max_rows, size_t n) {
   if (cols == 0 || n == 0) return 0;
   const uint64_t threads = static_cast<uint64_t>(ThreadCount());
-  // The gather types share RowDots' row pointers (RowDotsScratchBytes).
-  // The types without a gather kernel: each thread's dequantized row
-  // (AxpyRangeByRow) and every thread's but the caller's sums (`partial`).
-  uint64_t bytes = 0;
+  // The gather types share RowDots' row pointers (RowDotsScratchBytes);
+  // their kernels keep some per thread. The types without a gather kernel:
+  // each thread's dequantized row (AxpyRangeByRow) and every thread's but
+  // the caller's sums (`partial`).
+  uint64_t bytes = threads * simd::AxpyRowsScratchBytes(type, cols);
   if (!simd::GatherSupports(type)) {
     bytes += (threads * cols + (threads - 1) * uint64_t{n} * cols) * sizeof(float);
   }
