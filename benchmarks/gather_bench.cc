@@ -31,11 +31,16 @@
 //                [--threads 1,2] [--tokens 1] [--reps 15] [--rotate-mib 768]
 //                [--probe-mib 1024] [--parts 3] [--layout split|records]
 //                [--clock wall|cpu]
-//                [--kernels dot,axpy,read]
+//                [--kernels dot,axpy,read,read-axpy]
 //
 // `read` is not a kernel of the engine: it loads the rows DotRows reads,
 // with the same grouping and prefetching, and does no arithmetic, so its
 // line is the most any kernel could reach on that selection (ReadRows).
+// `read-axpy` does the same in AxpyRows' order: four consecutive entries
+// of the list at a time (the order its sums must keep), line by line
+// across the four, prefetching as its kernels do; with rows in order these
+// are four short streams side by side, which the hardware prefetchers do
+// not run ahead of as they do DotRows' four long ones.
 //
 // Shapes are D_MODELxCOUNT. With --tokens N > 1 the figures are for a
 // prompt batch (each row read once for all N tokens; compute-bound).
@@ -270,23 +275,32 @@ void Axpys(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols
 // memory system's (rows at scattered addresses keep fewer lines in flight
 // than sequential streams, which the hardware prefetchers run ahead of),
 // not the kernels'.
-uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes) {
+uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, bool dot_order) {
   // DotRows' order: group i holds entries i, i + q, i + 2q and i + 3q
-  // (q = count / 4), then the rest follow.
+  // (q = count / 4), then the rest follow. AxpyRows': the list's order.
   thread_local std::vector<const uint8_t*> order;
   order.clear();
-  const size_t q = count / 4;
+  const size_t q = dot_order ? count / 4 : 0;
   for (size_t i = 0; i < q; ++i) {
     for (size_t r = 0; r < 4; ++r) order.push_back(list[i + r * q]);
   }
   for (size_t k = 4 * q; k < count; ++k) order.push_back(list[k]);
   const uint8_t* const* rows = order.data();
+  // Each row `ahead` bytes ahead, running on into the next group's rows
+  // (AxpyRows' Prefetcher); DotRows' groups prefetch the next group's rows
+  // at the same offset.
+  const size_t ahead = dot_order ? row_bytes : std::min<size_t>(2048, row_bytes);
   uint64_t sum = 0;
   for (size_t k = 0; k < count; k += 4) {
     const size_t m = std::min<size_t>(4, count - k);
     const size_t next = k + 4 < count ? std::min<size_t>(4, count - k - 4) : 0;
     for (size_t o = 0; o < row_bytes; o += 64) {
-      for (size_t r = 0; r < next; ++r) hwy::Prefetch(rows[k + 4 + r] + o);
+      const size_t p = o + ahead;  // the offset prefetched, past the row: the next group's
+      if (p < row_bytes) {
+        for (size_t r = 0; r < m; ++r) hwy::Prefetch(rows[k + r] + p);
+      } else if (p - row_bytes < row_bytes) {
+        for (size_t r = 0; r < next; ++r) hwy::Prefetch(rows[k + 4 + r] + (p - row_bytes));
+      }
       // The line's first 8 bytes, or the row's last ones (rows may be
       // shorter than 8 bytes: an F32 row of one element).
       const size_t len = std::min(sizeof(uint64_t), row_bytes);
@@ -303,10 +317,11 @@ uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes) {
 
 std::atomic<uint64_t> g_read_sink{0};  // keeps ReadRows' loads
 
-void Reads(const std::vector<const uint8_t*>& rows, size_t row_bytes, CallTimer& timer) {
+void Reads(const std::vector<const uint8_t*>& rows, size_t row_bytes, bool dot_order,
+           CallTimer& timer) {
   ParallelFor(rows.size(), Grain(row_bytes), [&](size_t begin, size_t end, int) {
     timer.Body([&] {
-      g_read_sink.fetch_add(ReadRows(rows.data() + begin, end - begin, row_bytes),
+      g_read_sink.fetch_add(ReadRows(rows.data() + begin, end - begin, row_bytes, dot_order),
                             std::memory_order_relaxed);
     });
   });
@@ -330,7 +345,8 @@ int Main(int argc, char** argv) {
        cxxopts::value<std::string>()->default_value("2048x5632,4096x11008"))
       ("threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))
       ("tokens", "Tokens per call (batch)", cxxopts::value<size_t>()->default_value("1"))
-      ("kernels", "dot,axpy,read (read: the rows loaded without arithmetic, the pattern's ceiling)",
+      ("kernels", "dot,axpy,read,read-axpy (read: the rows DotRows loads, without arithmetic, "
+       "the pattern's ceiling; read-axpy: the same in AxpyRows' order)",
        cxxopts::value<std::string>()->default_value("dot,axpy,read"))
       ("reps", "Timed repetitions per case (median reported)",
        cxxopts::value<int>()->default_value("15"))
@@ -374,7 +390,7 @@ int Main(int argc, char** argv) {
   // The kernels, by --kernels name: what the table calls them and whether
   // they read a record's down part (as the down projection does) rather
   // than its gate part.
-  enum class Kernel { kDot, kAxpy, kRead };
+  enum class Kernel { kDot, kAxpy, kRead, kReadAxpy };
   struct KernelInfo {
     Kernel kernel;
     const char* name;
@@ -385,12 +401,14 @@ int Main(int argc, char** argv) {
       {Kernel::kDot, "dot", "DotRows", false},
       {Kernel::kAxpy, "axpy", "AxpyRows", true},
       {Kernel::kRead, "read", "read (loads only)", false},
+      {Kernel::kReadAxpy, "read-axpy", "read (AxpyRows' order)", true},
   };
   bool run_kernel[std::size(kKernels)] = {};
   for (const std::string& k : Split(opts["kernels"].as<std::string>(), ',')) {
     const auto* it = std::find_if(std::begin(kKernels), std::end(kKernels),
                                   [&](const KernelInfo& info) { return k == info.name; });
-    if (it == std::end(kKernels)) ThrowInputError("unknown kernel '", k, "' (want dot, axpy, read)");
+    if (it == std::end(kKernels))
+      ThrowInputError("unknown kernel '", k, "' (want dot, axpy, read, read-axpy)");
     run_kernel[it - std::begin(kKernels)] = true;
   }
   const size_t n = std::max<size_t>(1, opts["tokens"].as<size_t>());
@@ -506,7 +524,8 @@ int Main(int argc, char** argv) {
                   Axpys(type, rows, cols, coeff.data(), n, y.data(), timer);
                   break;
                 case Kernel::kRead:
-                  Reads(rows, caches.part_bytes, timer);
+                case Kernel::kReadAxpy:
+                  Reads(rows, caches.part_bytes, kernel.kernel == Kernel::kRead, timer);
                   break;
               }
               return timer.Seconds();
