@@ -13,6 +13,7 @@ constexpr uint32_t kGemv = static_cast<uint32_t>(TypeAbility::kGemv);
 constexpr uint32_t kGather = static_cast<uint32_t>(TypeAbility::kGather);
 constexpr uint32_t kPack = static_cast<uint32_t>(TypeAbility::kPack);
 constexpr uint32_t kRecord = static_cast<uint32_t>(TypeAbility::kRecord);
+constexpr uint32_t kWholeRowLayout = static_cast<uint32_t>(TypeAbility::kWholeRowLayout);
 
 // GGUF's types, then Sparrow's own, in id order: name, block geometry, and
 // what Sparrow does with each (0: readable in a GGUF file, but no kernel
@@ -50,8 +51,8 @@ constexpr std::array kTypes = {
     TensorTypeInfo{TensorType::kTQ1_0, "tq1_0", 256, 54, 0},
     TensorTypeInfo{TensorType::kTQ2_0, "tq2_0", 256, 66, 0},
     TensorTypeInfo{TensorType::kMXFP4, "mxfp4", 32, 17, 0},
-    TensorTypeInfo{TensorType::kQ4_0S, "q4_0s", 32, 18, kConvert | kGemv | kGather | kRecord,
-                   /*gguf=*/false},
+    TensorTypeInfo{TensorType::kQ4_0S, "q4_0s", 32, 18,
+                   kConvert | kGemv | kGather | kRecord | kWholeRowLayout, /*gguf=*/false},
 };
 
 // A record is computed by the gather kernels and written by the quantizer;

@@ -60,6 +60,10 @@ enum class TypeAbility : uint32_t {
   kGather = 1u << 2,   // products over rows picked by pointer (simd/gather.h)
   kPack = 1u << 3,     // load-time eight-row interleave (simd/packed_gemv.h)
   kRecord = 1u << 4,   // a bundle's feed-forward record type (formats/bundle.h)
+  // Not an ability but a warning: the layout spans the whole row (Q4_0S
+  // keeps all of a row's scales in front of its nibbles), so consecutive
+  // rows do not read as one longer row and a row cannot be cut at a block.
+  kWholeRowLayout = 1u << 5,
 };
 
 struct TensorTypeInfo {

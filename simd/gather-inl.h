@@ -323,11 +323,13 @@ HWY_INLINE void CoeffScales(DF dfull, const uint8_t* const* rows, const float* a
 }
 
 // The columns an axpy kernel covers: [first, first + width) of rows that
-// hold row_cols elements (first and width whole blocks of the type).
+// hold row_cols elements (first and width whole blocks of the type) and
+// start `offset` bytes after the row pointers (a record's later part).
 struct ColumnWindow {
   size_t first;
   size_t width;
   size_t row_cols;
+  size_t offset = 0;
 };
 
 // y[0..width) += a[r] * rows[r][first..] for r < kRows, in that order.
@@ -338,17 +340,18 @@ HWY_INLINE void FloatAxpys(const uint8_t* const* HWY_RESTRICT rows, const float*
   const size_t N = hn::Lanes(df);
   const size_t cols = window.width;
   const size_t first = window.first;
-  const WT* r0 = reinterpret_cast<const WT*>(rows[0]) + first;
-  const WT* r1 = reinterpret_cast<const WT*>(rows[1 % kRows]) + first;
-  const WT* r2 = reinterpret_cast<const WT*>(rows[2 % kRows]) + first;
-  const WT* r3 = reinterpret_cast<const WT*>(rows[3 % kRows]) + first;
+  const size_t offset = window.offset;
+  const WT* r0 = reinterpret_cast<const WT*>(rows[0] + offset) + first;
+  const WT* r1 = reinterpret_cast<const WT*>(rows[1 % kRows] + offset) + first;
+  const WT* r2 = reinterpret_cast<const WT*>(rows[2 % kRows] + offset) + first;
+  const WT* r3 = reinterpret_cast<const WT*>(rows[3 % kRows] + offset) + first;
   const auto c0 = hn::Set(df, a[0]);
   const auto c1 = hn::Set(df, a[1 % kRows]);
   const auto c2 = hn::Set(df, a[2 % kRows]);
   const auto c3 = hn::Set(df, a[3 % kRows]);
   size_t i = 0;
   for (; i + N <= cols; i += N) {
-    pf.Upto((first + i) * sizeof(WT));
+    pf.Upto(offset + (first + i) * sizeof(WT));
     auto acc = hn::LoadU(df, y + i);
     acc = hn::MulAdd(c0, LoadAsFloat(df, r0 + i), acc);
     if constexpr (kRows > 1) acc = hn::MulAdd(c1, LoadAsFloat(df, r1 + i), acc);
@@ -403,7 +406,7 @@ HWY_INLINE void Q8_0Axpys(const uint8_t* const* HWY_RESTRICT rows, const float* 
   auto q = [&](const int8_t* p) HWY_ATTR {
     return hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, p)));
   };
-  const size_t base = window.first / 32 * kBB;  // the window's first block
+  const size_t base = window.offset + window.first / 32 * kBB;  // the window's first block
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
   CoeffScales<kRows>(dfull, rows, a, kBB, base, nblocks, 0, sw[0]);
   size_t cur = 0;
@@ -567,7 +570,9 @@ HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows, const float* 
   const hn::Rebind<uint32_t, decltype(df)> du32;
   const hn::Rebind<uint8_t, decltype(df)> du8;
   const size_t N = hn::Lanes(df);
-  const Q4_0Layout layout = Q4_0Layout::For(kSplit, window.row_cols / 32);
+  // Offsets from the rows' own starts (window.offset bytes in).
+  Q4_0Layout layout = Q4_0Layout::For(kSplit, window.row_cols / 32);
+  layout.nibbles_at += window.offset;
   const size_t b0 = window.first / 32;  // the window's first block
   const uint8_t* const r0 = rows[0];
   const uint8_t* const r1 = rows[1 % kRows];
@@ -598,7 +603,7 @@ HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows, const float* 
 #endif
   // A Q4_0S window's scales lie apart from its nibbles (the prefetched
   // stream, Q4_0Axpy::Stream): the next group's are prefetched now.
-  const size_t base = b0 * layout.scale_stride;
+  const size_t base = window.offset + b0 * layout.scale_stride;
   if (kSplit && window.width != window.row_cols) {
     pf.NextRegion(base, nblocks * layout.scale_stride);
   }
@@ -647,7 +652,7 @@ template <typename WT>
 struct FloatAxpy {
   static constexpr bool kQuantized = false;
   static std::pair<size_t, size_t> Stream(ColumnWindow w) {
-    return {w.first * sizeof(WT), (w.first + w.width) * sizeof(WT)};
+    return {w.offset + w.first * sizeof(WT), w.offset + (w.first + w.width) * sizeof(WT)};
   }
   template <size_t kRows>
   static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, ColumnWindow window,
@@ -658,7 +663,8 @@ struct FloatAxpy {
 struct Q8_0Axpy {
   static constexpr bool kQuantized = true;
   static std::pair<size_t, size_t> Stream(ColumnWindow w) {
-    return {w.first / 32 * sizeof(BlockQ8_0), (w.first + w.width) / 32 * sizeof(BlockQ8_0)};
+    return {w.offset + w.first / 32 * sizeof(BlockQ8_0),
+            w.offset + (w.first + w.width) / 32 * sizeof(BlockQ8_0)};
   }
   template <size_t kRows>
   static HWY_INLINE void Run(const uint8_t* const* rows, const float* a, ColumnWindow window,
@@ -675,10 +681,11 @@ struct Q4_0Axpy {
     const size_t row_blocks = w.row_cols / 32;
     const Q4_0Layout layout = Q4_0Layout::For(kSplit, row_blocks);
     const size_t b0 = w.first / 32, b1 = (w.first + w.width) / 32;
-    if (!kSplit) return {b0 * sizeof(BlockQ4_0), b1 * sizeof(BlockQ4_0)};
-    if (w.width == w.row_cols) return {0, row_blocks * sizeof(BlockQ4_0)};
-    return {size_t{layout.nibbles_at + b0 * layout.nibble_stride},
-            size_t{layout.nibbles_at + b1 * layout.nibble_stride}};
+    const size_t o = w.offset;
+    if (!kSplit) return {o + b0 * sizeof(BlockQ4_0), o + b1 * sizeof(BlockQ4_0)};
+    if (w.width == w.row_cols) return {o, o + row_blocks * sizeof(BlockQ4_0)};
+    return {o + layout.nibbles_at + b0 * layout.nibble_stride,
+            o + layout.nibbles_at + b1 * layout.nibble_stride};
   }
   // Whole chunks of four blocks in the window, added in ChunkElement order
   // (0 where the target has no chunk kernel).
@@ -995,8 +1002,8 @@ HWY_INLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t co
       const size_t len = std::min(kTileCols, cols - c0);
       const size_t nb = len / 32;
       for (size_t r = 0; r < m; ++r) {
-        ConvertSpan(type, rows[picked[r]], window.row_cols, window.first + c0, len, tile[r],
-                    scales[r]);
+        ConvertSpan(type, rows[picked[r]] + window.offset, window.row_cols, window.first + c0, len,
+                    tile[r], scales[r]);
       }
       for (size_t t = 0; t < n; ++t) {
         const float* q[kAxpyGroupRows];

@@ -18,8 +18,10 @@ void DotRowsT(TensorType type, const uint8_t* const* rows, size_t count, size_t 
 }
 
 void AxpyRowsT(TensorType type, const uint8_t* const* rows, size_t count, size_t cols, size_t first,
-               size_t width, const float* a, size_t a_stride, size_t n, float* y, size_t y_stride) {
-  AxpyRowsImpl(type, rows, count, ColumnWindow{first, width, cols}, a, a_stride, n, y, y_stride);
+               size_t width, size_t offset, const float* a, size_t a_stride, size_t n, float* y,
+               size_t y_stride) {
+  AxpyRowsImpl(type, rows, count, ColumnWindow{first, width, cols, offset}, a, a_stride, n, y,
+               y_stride);
 }
 
 size_t AxpyRowsScratchBytesT(TensorType type, size_t cols) {
@@ -32,6 +34,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -71,6 +74,37 @@ void CheckWindow(const char* what, TensorType type, size_t cols, size_t first, s
   }
 }
 
+// Throws std::invalid_argument unless `type` has a gather kernel and rows
+// of `cols` are `parts` rows of whole blocks.
+void CheckParts(const char* what, TensorType type, size_t cols, size_t parts) {
+  if (parts == 0 || cols % parts != 0) {
+    throw std::invalid_argument(
+        StrCat(what, ": rows of ", cols, " elements are not ", parts, " parts of equal length"));
+  }
+  CheckRows(what, type, cols / parts);
+}
+
+// Calls body(row_cols, first, width, offset, y_at) for the pieces of the
+// window [first, first + width) of rows of `cols` that are `parts` rows
+// back to back: the whole window where the parts read as one longer row,
+// else a piece per part it covers (columns of that part's row, the part's
+// byte offset, and where the piece starts in the window).
+template <class Body>
+void ForEachPartWindow(TensorType type, size_t cols, size_t first, size_t width, size_t parts,
+                       const Body& body) {
+  if (parts == 1 || !TensorTypeCan(type, TypeAbility::kWholeRowLayout)) {
+    return body(cols, first, width, 0, 0);
+  }
+  const TensorTypeInfo& info = GetTensorTypeInfo(type);
+  const size_t part_cols = cols / parts;
+  const size_t part_bytes = part_cols / info.block_elems * info.block_bytes;
+  for (size_t p = 0; p < parts; ++p) {
+    const size_t lo = std::max(first, p * part_cols);
+    const size_t hi = std::min(first + width, (p + 1) * part_cols);
+    if (lo < hi) body(part_cols, lo - p * part_cols, hi - lo, p * part_bytes, lo - first);
+  }
+}
+
 void CheckStride(const char* what, size_t n, size_t stride, size_t width) {
   if (n > 1 && stride < width) {
     throw std::invalid_argument(
@@ -103,19 +137,24 @@ size_t AxpyRowsScratchBytes(TensorType type, size_t cols) {
 
 void AxpyRows(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
               const float* a, size_t a_stride, size_t n, float* y, size_t y_stride) {
-  AxpyRowColumns(type, rows, count, cols, 0, cols, a, a_stride, n, y, y_stride);
+  AxpyRowColumns(type, rows, count, cols, 0, cols, a, a_stride, n, y, y_stride, 1);
 }
 
 void AxpyRowColumns(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
                     size_t first, size_t width, const float* a, size_t a_stride, size_t n, float* y,
-                    size_t y_stride) {
+                    size_t y_stride, size_t parts) {
   if (count == 0 || n == 0) return;
-  CheckRows("AxpyRows", type, cols);
+  CheckParts("AxpyRows", type, cols, parts);
   CheckWindow("AxpyRows", type, cols, first, width);
   CheckStride("AxpyRows", n, a_stride, count);
   CheckStride("AxpyRows", n, y_stride, width);
-  HWY_DYNAMIC_DISPATCH(AxpyRowsT)
-  (type, rows, count, cols, first, width, a, a_stride, n, y, y_stride);
+  ForEachPartWindow(
+      type, cols, first, width, parts,
+      [&](size_t part_cols, size_t part_first, size_t part_width, size_t offset, size_t y_at) {
+        HWY_DYNAMIC_DISPATCH(AxpyRowsT)
+        (type, rows, count, part_cols, part_first, part_width, offset, a, a_stride, n, y + y_at,
+         y_stride);
+      });
 }
 
 void DotRowsReference(TensorType type, const uint8_t* const* rows, size_t count,
@@ -139,14 +178,14 @@ void DotRowsReference(TensorType type, const uint8_t* const* rows, size_t count,
 void AxpyRowsReference(TensorType type, const uint8_t* const* rows, size_t count,
                        size_t cols, const float* a, size_t a_stride, size_t n,
                        float* y, size_t y_stride) {
-  AxpyRowColumnsReference(type, rows, count, cols, 0, cols, a, a_stride, n, y, y_stride);
+  AxpyRowColumnsReference(type, rows, count, cols, 0, cols, a, a_stride, n, y, y_stride, 1);
 }
 
 void AxpyRowColumnsReference(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
                              size_t first, size_t width, const float* a, size_t a_stride, size_t n,
-                             float* y, size_t y_stride) {
+                             float* y, size_t y_stride, size_t parts) {
   if (count == 0 || n == 0) return;
-  CheckRows("AxpyRowsReference", type, cols);
+  CheckParts("AxpyRowsReference", type, cols, parts);
   CheckWindow("AxpyRowsReference", type, cols, first, width);
   CheckStride("AxpyRowsReference", n, a_stride, count);
   CheckStride("AxpyRowsReference", n, y_stride, width);
@@ -159,7 +198,13 @@ void AxpyRowColumnsReference(TensorType type, const uint8_t* const* rows, size_t
     bool needed = false;
     for (size_t t = 0; t < n; ++t) needed = needed || a[t * a_stride + k] != 0.0f;
     if (!needed) continue;
-    DequantizeRowReference(type, rows[k], cols, w.data());
+    // Part by part: each is a row of its own.
+    const TensorTypeInfo& info = GetTensorTypeInfo(type);
+    const size_t part_cols = cols / parts;
+    const size_t part_bytes = part_cols / info.block_elems * info.block_bytes;
+    for (size_t p = 0; p < parts; ++p) {
+      DequantizeRowReference(type, rows[k] + p * part_bytes, part_cols, w.data() + p * part_cols);
+    }
     for (size_t t = 0; t < n; ++t) {
       const double coeff = a[t * a_stride + k];
       if (coeff == 0.0) continue;

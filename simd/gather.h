@@ -64,9 +64,12 @@ size_t AxpyRowsScratchBytes(TensorType type, size_t cols);
 // from its nibbles, so no pointer into it starts a window. Each element gets
 // the same operations as from AxpyRows over the whole rows, so threads that
 // split the columns between them get the one-thread result.
+// parts > 1: each row is that many rows of cols / parts elements back to
+// back (a record's parts, summed as one row); for Q4_0S, whose layout spans
+// a row, each part keeps its own scales in front.
 void AxpyRowColumns(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
                     size_t first, size_t width, const float* a, size_t a_stride, size_t n, float* y,
-                    size_t y_stride);
+                    size_t y_stride, size_t parts = 1);
 
 // Scalar references: rows dequantized to f32 (DequantizeRowReference), sums
 // in double, rounded to f32 once. x is n x cols (row-major) for DotRows.
@@ -79,6 +82,6 @@ void AxpyRowsReference(TensorType type, const uint8_t* const* rows,
                        size_t a_stride, size_t n, float* y, size_t y_stride);
 void AxpyRowColumnsReference(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
                              size_t first, size_t width, const float* a, size_t a_stride, size_t n,
-                             float* y, size_t y_stride);
+                             float* y, size_t y_stride, size_t parts = 1);
 
 }  // namespace sparrow::simd

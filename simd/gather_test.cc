@@ -505,6 +505,72 @@ TEST_CASE("AxpyRowColumns over windows gives the bits of AxpyRows over whole row
   }
 }
 
+// A record's parts summed as one row (parts = 2, the dip layout's up and
+// gate): the bits of one call per part, each part a row of its own (Q4_0S
+// keeps each part's scales in front of that part), the window split across
+// threads included; the reference agrees.
+TEST_CASE("AxpyRowColumns over records of two parts gives the bits of a call per part") {
+  std::mt19937 rng(43);
+  for (TensorType type : kTypes) {
+    const size_t part_cols = 320, parts = 2, count = 23;  // 10 blocks per part
+    const size_t part_bytes = RowBytes(type, part_cols);
+    std::vector<uint8_t> storage(count * parts * part_bytes);
+    std::vector<const uint8_t*> records(count), second(count);
+    for (size_t k = 0; k < count; ++k) {
+      for (size_t p = 0; p < parts; ++p) {
+        FillRow(type, part_cols, (k + p) % 2 == 1, rng,
+                storage.data() + (k * parts + p) * part_bytes);
+      }
+      records[k] = storage.data() + k * parts * part_bytes;
+      second[k] = records[k] + part_bytes;
+    }
+    const size_t cols = parts * part_cols;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (size_t n : {size_t{1}, size_t{3}}) {
+      std::vector<float> a(n * count), y0(n * cols);
+      for (float& v : a) v = normal(rng);
+      for (float& v : y0) v = normal(rng);
+      std::vector<float> ref = y0, per_part_ref = y0;
+      AxpyRowColumnsReference(type, records.data(), count, cols, 0, cols, a.data(), count, n,
+                              ref.data(), cols, parts);
+      AxpyRowsReference(type, records.data(), count, part_cols, a.data(), count, n,
+                        per_part_ref.data(), cols);
+      AxpyRowsReference(type, second.data(), count, part_cols, a.data(), count, n,
+                        per_part_ref.data() + part_cols, cols);
+      CHECK(ref == per_part_ref);
+      ForEachTarget([&](const Target& target) {
+        CAPTURE(target.name);
+        CAPTURE(TensorTypeName(type));
+        CAPTURE(n);
+        std::vector<float> whole = y0, windows = y0, per_part = y0;
+        AxpyRowColumns(type, records.data(), count, cols, 0, cols, a.data(), count, n, whole.data(),
+                       cols, parts);
+        // Windows as threads take them, one across the parts' border.
+        for (const auto& [first, width] :
+             {std::pair<size_t, size_t>{0, 256}, std::pair<size_t, size_t>{256, 128},
+              std::pair<size_t, size_t>{384, 256}}) {
+          AxpyRowColumns(type, records.data(), count, cols, first, width, a.data(), count, n,
+                         windows.data() + first, cols, parts);
+        }
+        AxpyRows(type, records.data(), count, part_cols, a.data(), count, n, per_part.data(), cols);
+        AxpyRows(type, second.data(), count, part_cols, a.data(), count, n,
+                 per_part.data() + part_cols, cols);
+        REQUIRE(std::memcmp(whole.data(), per_part.data(), whole.size() * sizeof(float)) == 0);
+        REQUIRE(std::memcmp(windows.data(), per_part.data(), whole.size() * sizeof(float)) == 0);
+        for (size_t i = 0; i < whole.size(); ++i) {
+          CAPTURE(i);
+          REQUIRE(std::fabs(double(whole[i]) - ref[i]) <= 1e-3 * (1 + std::fabs(ref[i])));
+        }
+      });
+    }
+    float a = 1.0f, y[640] = {};
+    CHECK_THROWS_AS(AxpyRowColumns(type, records.data(), 1, cols, 0, cols, &a, 1, 1, y, cols, 3),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(AxpyRowColumns(type, records.data(), 1, cols, 0, cols, &a, 1, 1, y, cols, 0),
+                    std::invalid_argument);
+  }
+}
+
 TEST_CASE("AxpyRows spreads NaN from a row that a token uses") {
   // The other side of the skip rule: a used poisoned row must show.
   std::mt19937 rng(5);

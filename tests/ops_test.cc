@@ -293,6 +293,67 @@ TEST_CASE("RowAxpys on gathered rows: the same bits for any thread count and any
   ops::SetPromptGemm(ops::PromptGemm::kAuto);
 }
 
+// A record's two parts summed as one row (RowSet::row_parts = 2, as the dip
+// layout's up and gate): the sums of one set per part, each part a row of
+// its own (Q4_0S keeps each part's scales in front of it, so reading the
+// two as one longer row gave NaN perplexity on a dip bundle), at one and two
+// threads (which split the columns) and on both batch paths.
+TEST_CASE("RowAxpys over records of two parts equals one call per part") {
+  for (ops::PromptGemm gemm : LargeBatchPaths()) {
+    ops::SetPromptGemm(gemm);
+    for (TensorType type : {TensorType::kF32, TensorType::kQ8_0, TensorType::kQ4_0,
+                            TensorType::kQ4_0S, TensorType::kQ4_K}) {
+      CAPTURE(TensorTypeName(type));
+      const size_t part_cols = 768, records = 70;  // two threads split 1536 columns
+      const QuantizedMatrix w = MakeMatrix(type, 2 * records, part_cols, 31);
+      const size_t part_bytes = w.view.row_bytes;
+      std::vector<uint32_t> index;
+      for (size_t r = 0; r < records; r += 2)
+        index.push_back(static_cast<uint32_t>((r * 13) % records));
+      ops::RowSet one;
+      one.type = type;
+      one.base = w.bytes.data();
+      one.stride = 2 * part_bytes;
+      one.cols = part_cols;
+      one.index = index.data();
+      one.count = index.size();
+      for (size_t n : {size_t{1}, size_t{5}, size_t{40}}) {
+        CAPTURE(n);
+        const size_t count = one.count;
+        const std::vector<float> a = RandomVector(n * count, 32);
+        std::vector<float> up(n * part_cols, 0.0f), gate(n * part_cols, 0.0f);
+        ops::RowAxpys(one, a.data(), n, up.data());
+        ops::RowSet second = one;
+        second.offset = part_bytes;
+        ops::RowAxpys(second, a.data(), n, gate.data());
+        ops::RowSet record = one;
+        record.cols = 2 * part_cols;
+        record.row_parts = 2;
+        for (int threads : {1, 2}) {
+          CAPTURE(threads);
+          SetThreadCount(threads);
+          std::vector<float> both(n * 2 * part_cols, 0.0f);
+          ops::RowAxpys(record, a.data(), n, both.data());
+          // The gather kernels give the same bits; oneDNN's panels (40
+          // tokens under bf16) may round a sum differently. (NaN fails both.)
+          const double tolerance = n < 32 || gemm == ops::PromptGemm::kF32 ? 0.0 : 1e-2;
+          size_t bad = 0;
+          for (size_t t = 0; t < n; ++t) {
+            const float* b = both.data() + t * 2 * part_cols;
+            for (size_t i = 0; i < part_cols; ++i) {
+              bad += !(std::fabs(double(b[i]) - up[t * part_cols + i]) <= tolerance);
+              bad += !(std::fabs(double(b[part_cols + i]) - gate[t * part_cols + i]) <= tolerance);
+            }
+          }
+          CHECK(bad == 0);
+        }
+        SetThreadCount(0);
+      }
+    }
+  }
+  ops::SetPromptGemm(ops::PromptGemm::kAuto);
+}
+
 // A record's two parts as consecutive rows of one set (parts = 2, as the
 // neuron layout's gate and up) give the bits of one set per part: gathered
 // or contiguous records, both batch paths. (oneDNN's f32 and bf16 products

@@ -108,6 +108,10 @@ struct RowSet {
   size_t count = 0;                 // rows: records times parts
   size_t parts = 1;
   size_t part_stride = 0;
+  // RowAxpys: each row is this many rows of cols / row_parts elements back
+  // to back (a record's parts summed as one row). Only a layout that spans
+  // a row (Q4_0S: its scales in front) reads them apart.
+  size_t row_parts = 1;
 
   const uint8_t* record(size_t r) const {
     return base + (index != nullptr ? index[r] : r) * stride + offset;

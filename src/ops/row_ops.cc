@@ -112,6 +112,26 @@ void RowDotsByGemv(const RowSet& rows, const float* x, size_t n, float* out, boo
   }
 }
 
+// Row k of the set as f32 (or bf16 where `bf16`) into `out`, part by part
+// where its parts are rows of their own (RowSet::row_parts).
+void DequantizeSetRow(const RowSet& rows, size_t k, bool fast, bool bf16, void* out) {
+  const bool apart = TensorTypeCan(rows.type, TypeAbility::kWholeRowLayout);
+  const size_t parts = apart ? rows.row_parts : 1;
+  const size_t cols = rows.cols / parts;
+  const TensorTypeInfo& info = GetTensorTypeInfo(rows.type);
+  const size_t part_bytes = cols / info.block_elems * info.block_bytes;
+  for (size_t p = 0; p < parts; ++p) {
+    const uint8_t* src = rows.row(k) + p * part_bytes;
+    if (bf16) {
+      simd::DequantizeRowToBF16(rows.type, src, cols, static_cast<uint16_t*>(out) + p * cols);
+    } else if (fast) {
+      simd::DequantizeRow(rows.type, src, cols, static_cast<float*>(out) + p * cols);
+    } else {
+      simd::DequantizeRowReference(rows.type, src, cols, static_cast<float*>(out) + p * cols);
+    }
+  }
+}
+
 void AxpyRangeByRow(const RowSet& rows, const float* a, size_t n, size_t begin, size_t end,
                     float* acc, bool fast) {
   const size_t cols = rows.cols;
@@ -121,11 +141,7 @@ void AxpyRangeByRow(const RowSet& rows, const float* a, size_t n, size_t begin, 
     bool needed = false;
     for (size_t t = 0; t < n && !needed; ++t) needed = a[t * rows.count + k] != 0.0f;
     if (!needed) continue;
-    if (fast) {
-      simd::DequantizeRow(rows.type, rows.row(k), cols, row.data());
-    } else {
-      simd::DequantizeRowReference(rows.type, rows.row(k), cols, row.data());
-    }
+    DequantizeSetRow(rows, k, fast, /*bf16=*/false, row.data());
     for (size_t t = 0; t < n; ++t) {
       const float coeff = a[t * rows.count + k];
       if (coeff == 0.0f) continue;
@@ -163,9 +179,9 @@ void ForEachPanel(const RowSet& rows, AlignedBuffer<float>& buffer, const Body& 
     ParallelFor(count, 4, [&](size_t begin, size_t end, int) {
       for (size_t r = begin; r < end; ++r) {
         if (bf16) {
-          simd::DequantizeRowToBF16(rows.type, rows.row(r0 + r), cols, panel_bf16 + r * cols);
+          DequantizeSetRow(rows, r0 + r, /*fast=*/true, /*bf16=*/true, panel_bf16 + r * cols);
         } else {
-          simd::DequantizeRow(rows.type, rows.row(r0 + r), cols, panel_f32 + r * cols);
+          DequantizeSetRow(rows, r0 + r, /*fast=*/true, /*bf16=*/false, panel_f32 + r * cols);
         }
       }
     });
@@ -327,11 +343,11 @@ void RowAxpys(const RowSet& rows, const float* a, size_t n, float* y) {
     ParallelFor(units, std::max<size_t>(1, 512 / unit), [&](size_t begin, size_t end, int) {
       const size_t c0 = begin * unit, width = std::min(cols, end * unit) - c0;
       if (fast) {
-        simd::AxpyRowColumns(rows.type, pointers, count, cols, c0, width, a, count, n, y + c0,
-                             cols);
+        simd::AxpyRowColumns(rows.type, pointers, count, cols, c0, width, a, count, n, y + c0, cols,
+                             rows.row_parts);
       } else {
         simd::AxpyRowColumnsReference(rows.type, pointers, count, cols, c0, width, a, count, n,
-                                      y + c0, cols);
+                                      y + c0, cols, rows.row_parts);
       }
     });
     return;

@@ -791,9 +791,11 @@ void StreamedFeedForward::AxpyColumns(const Group& g, const UnitRows& rows, cons
     }
     ops::RowSet set = rows.Slice(first, count);
     set.type = bundle_.record_type();
-    // Parts are whole blocks (part_bytes is the bytes of part_padded_elems
-    // elements), so a record's parts read as one row of all their elements.
+    // A record's parts, back to back, summed as one row of all their
+    // elements (each part read as a row of its own where the layout spans
+    // a row: Q4_0S).
     set.cols = size_t{g.info->parts} * g.info->part_padded_elems;
+    set.row_parts = g.info->parts;
     ops::RowAxpys(set, coeff_.data(), n, y);
   }
 }

@@ -200,6 +200,24 @@ if [ -n "$p_q4_0" ] && [ -n "$p_q4_0s" ] && [ -n "$p_ref" ] && within_rel "$p_q4
 else
   fail "q4_0s bundle: perplexity '$p_q4_0s', q4_0 '$p_q4_0', reference '$p_ref' not within 1e-3"
 fi
+# The dip layout sums each input record's two parts (up, gate) as one row;
+# a Q4_0S part keeps its scales in front of it, so the parts must be read
+# apart (read as one row they gave NaN): a number, within 1e-3 of the
+# scalar reference under the dense policy; pruned at density 0.5 within
+# 1e-2 (the kernels' last bits can change which units the top-K picks).
+"$SPARROW" convert -m "$STORIES" -o "$WORK/stories-dip-q4_0s.sparrow" --type q4_0s --layout dip 2>/dev/null
+for policy in dense:1:0.001 dip:0.5:0.01; do
+  IFS=: read -r name density tolerance <<<"$policy"
+  p_fast=$(bundle_ppl "$WORK/stories-dip-q4_0s.sparrow" --sparsity "$name" --mlp-density "$density")
+  p_slow=$(bundle_ppl "$WORK/stories-dip-q4_0s.sparrow" --sparsity "$name" --mlp-density "$density" \
+    --kernels reference)
+  case "$p_fast" in [0-9]*) ;; *) p_fast="" ;; esac
+  if [ -n "$p_fast" ] && [ -n "$p_slow" ] && within_rel "$p_fast" "$p_slow" "$tolerance"; then
+    pass "q4_0s dip bundle, $name $density: perplexity $p_fast, reference $p_slow (within $tolerance)"
+  else
+    fail "q4_0s dip bundle, $name $density: perplexity '$p_fast', reference '$p_slow' not within $tolerance"
+  fi
+done
 # Two threads split the down rows' columns (64 at a time, 512 per thread at
 # least), so rows of 1024 give each its half: the text of one thread, for
 # Q4_0S records (whose second half is not a pointer into the row) and Q8_0.
