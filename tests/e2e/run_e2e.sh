@@ -276,6 +276,17 @@ if [ "$(printf '%s' "$runs" | sort -u | wc -l)" = 1 ] && printf '%s\n' "$out" | 
 else
   fail "eight runs under $budget: $(printf '%s' "$runs" | sort -u | wc -l) different outcomes"
 fi
+# With room for every unit (no budget), the sliding window drops nothing:
+# a pruned run whose selection moves from token to token reads each record
+# once instead of again whenever it was unused for four tokens.
+out=$("$SPARROW" run -m "$WORK/budget-dip.sparrow" -p "Once upon a time" -n 24 --temp 0 --cache window \
+      --sparsity dip --mlp-density 0.5 --stats 2>&1)
+if printf '%s\n' "$out" | grep -q '^unit caches: .* 100.0% of the FFN' \
+   && printf '%s\n' "$out" | grep -Eq "^ +units evicted +0 "; then
+  pass "room for every unit: the window evicts nothing under dip 0.5"
+else
+  fail "room for every unit under dip 0.5: $(printf '%s\n' "$out" | grep -E '^unit caches|units evicted' | tr '\n' ' ')"
+fi
 # Without -c, a run reserves the context its prompt and -n can reach, not
 # the model's: the same budget leaves more to the unit caches than at -c 2048.
 caches_mib() {
