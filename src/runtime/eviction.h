@@ -3,8 +3,9 @@
 // among the cached units that the current token does not need.
 //   window: keeps the units used by the last K tokens; a unit unused for K
 //           tokens is dropped at the start of the next token even when
-//           there is room (the paper's sliding window), and when still
-//           short of room, the least recently used go first;
+//           there is room (the paper's sliding window; the streamed FFN
+//           asks only when its cache cannot hold every unit), and when
+//           still short of room, the least recently used go first;
 //   lru:    least recently used first, only when room is needed;
 //   lfu:    least frequently used first (ties: least recently used).
 //
