@@ -1,5 +1,7 @@
 #include "src/runtime/unit_cache.h"
 
+#include "base/sort_unique.h"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -273,3 +275,23 @@ TEST_CASE("UnitCache: split rows are two packed matrices") {
 
 }  // namespace
 }  // namespace sparrow
+
+// The streamed FFN's sort of distinct units and cache rows (base/sort_unique.h).
+TEST_CASE("SortDistinctBelow sorts like std::sort, for any subset of [0, bound)") {
+  std::mt19937 rng(8);
+  std::vector<uint64_t> bits;
+  for (uint32_t bound : {1u, 63u, 64u, 65u, 1000u, 5632u}) {
+    for (double fraction : {0.0, 0.01, 0.5, 1.0}) {
+      std::vector<uint32_t> all(bound);
+      for (uint32_t i = 0; i < bound; ++i) all[i] = i;
+      std::shuffle(all.begin(), all.end(), rng);
+      std::vector<uint32_t> values(all.begin(),
+                                   all.begin() + static_cast<size_t>(fraction * bound));
+      std::vector<uint32_t> want = values;
+      std::sort(want.begin(), want.end());
+      sparrow::SortDistinctBelow(&values, bound, &bits);
+      CHECK(values == want);
+      CHECK(bits.size() * sizeof(uint64_t) == sparrow::SortDistinctScratchBytes(bound));
+    }
+  }
+}

@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "base/error.h"
+#include "base/sort_unique.h"
 #include "base/timer.h"
 #include "src/ops/ops.h"
 #include "base/threads.h"
@@ -46,8 +47,11 @@ uint64_t StagingBytes(const bundle::Bundle& b, const StreamConfig& s) {
 // Rows, maps and the eviction policy's per-unit records of one group, and
 // its two per-unit stamps (need_stamp, chosen_at).
 uint64_t GroupBytes(const bundle::UnitGroup& g, EvictionKind kind, uint32_t capacity) {
+  // Also the need stamps and choice tokens, and the sort of cached rows
+  // (SortDistinctBelow, charged per group: at most the largest is held).
   return UnitCache::MemoryBytes(g.n_units, g.payload_bytes, capacity) +
-         EvictionPolicyMemoryBytes(kind, g.n_units) + 2 * uint64_t{g.n_units} * sizeof(uint32_t);
+         EvictionPolicyMemoryBytes(kind, g.n_units) + 2 * uint64_t{g.n_units} * sizeof(uint32_t) +
+         SortDistinctScratchBytes(g.n_units);
 }
 
 // Width of the per-token activation rows: the FFN's (padded) hidden size or
@@ -376,7 +380,9 @@ void StreamedFeedForward::StreamGroup(Group& g, const std::vector<uint32_t>& nee
   ts.units_hit += rows_.size();
   // Already in order when the cache holds the units in unit order (a cache
   // that holds them all): checking costs less than sorting.
-  if (!std::is_sorted(rows_.begin(), rows_.end())) std::sort(rows_.begin(), rows_.end());
+  if (!std::is_sorted(rows_.begin(), rows_.end())) {
+    SortDistinctBelow(&rows_, cache.capacity(), &sort_bits_);
+  }
   // Disk order, so consecutive chunks are contiguous on disk.
   std::sort(misses_.begin(), misses_.end(), [&](uint32_t a, uint32_t b) {
     return info.slot_of_unit[a] < info.slot_of_unit[b];

@@ -201,6 +201,7 @@ class StreamedFeedForward : public FeedForward {
   TokenMasks masks_;
   std::vector<uint32_t> need_, misses_, candidates_, victims_, expired_, rows_, prefetched_;
   std::vector<uint32_t> row_units_, staged_, staged_units_;
+  std::vector<uint64_t> sort_bits_;  // SortDistinctBelow's scratch
 };
 
 }  // namespace sparrow

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/sort_unique.h"
 #include "simd/topk.h"
 #include "src/runtime/unit_cache.h"
 
@@ -225,7 +226,7 @@ void TokenMasks::BuildUnion(std::vector<uint32_t>* units) {
     }
   }
   for (uint32_t u : *units) seen_[u] = 0;
-  std::sort(units->begin(), units->end());
+  SortDistinctBelow(units, static_cast<uint32_t>(n_units_), &sort_bits_);
 }
 
 void TokenMasks::ApplyMask(const float* src, size_t stride, float* dst) {
@@ -246,7 +247,8 @@ void TokenMasks::ApplyMask(const float* src, size_t stride, float* dst) {
 }
 
 uint64_t TokenMasks::MemoryBytes(size_t n, size_t k, uint32_t n_units) {
-  return uint64_t{n} * k * sizeof(uint32_t) + n_units + uint64_t{k} * sizeof(float);
+  return uint64_t{n} * k * sizeof(uint32_t) + n_units + uint64_t{k} * sizeof(float) +
+         SortDistinctScratchBytes(n_units);
 }
 
 }  // namespace sparrow

@@ -118,6 +118,7 @@ class TokenMasks {
   uint32_t n_units_ = 0;
   std::vector<uint32_t> indices_;
   std::vector<uint8_t> seen_;
+  std::vector<uint64_t> sort_bits_;  // BuildUnion's (SortDistinctBelow)
   std::vector<float> kept_;  // ApplyMask's chosen values of one token
 };
 
