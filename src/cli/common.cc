@@ -75,7 +75,8 @@ void AddModelOptions(cxxopts::Options& options) {
       ("dram-budget", "Hard limit on the memory Sparrow uses: 800M, 1.5G, or a percentage "
        "of the model file (60%); a bundle streams its feed-forward within it",
        cxxopts::value<std::string>())
-      ("window", "Sliding window: keep the units used by the last K tokens (--cache window)",
+      ("window", "Sliding window: keep the units used by the last K tokens (--cache window; "
+       "a cache with room for every unit keeps them all)",
        cxxopts::value<uint32_t>()->default_value("4"))
       ("cache", "Unit cache eviction: window, lru or lfu", cxxopts::value<std::string>()->default_value("window"))
       ("io", "Loader: auto (uring where the kernel allows it, else direct), pread, direct (O_DIRECT), mmap or uring", cxxopts::value<std::string>()->default_value("auto"))
