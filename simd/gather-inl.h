@@ -432,6 +432,10 @@ HWY_INLINE void Q8_0Axpys(const uint8_t* const* HWY_RESTRICT rows, const float* 
   }
 }
 
+// Q4_0S chunks (Q4_0SChunkAxpys, on targets with SPARROW_Q4_0_NIBBLE_TABLE).
+inline constexpr size_t kChunkBlocks = 4;
+inline constexpr size_t kChunkElems = kChunkBlocks * 32;
+
 // Q4_0: byte i of a block holds nibbles for elements i (low) and i + 16
 // (high); y += (a * d) * (nibble - 8), one multiply-add per row as for the
 // other types. (Applying the -8 once per block at the end, from the sum of
@@ -468,7 +472,8 @@ HWY_INLINE __m512i Q4_0Bytes16(const uint8_t* p) {
 // lanes, lane i of a chunk holds bytes 4(i % 4).. of block i / 4; shifted
 // right by 4n, its low four bits are nibble n of those bytes, which is all
 // vpermps reads. So vector n of a chunk, lane i, is element
-// ChunkElement(n, i), and a chunk takes one load, seven shifts and eight
+// 32 (i / 4) + 4 (i % 4) + n / 2 + 16 (n % 2) of the chunk ("chunk order"),
+// and a chunk takes one load, seven shifts and eight
 // permutes per row instead of four widening loads, four shifts and eight
 // permutes. Every element gets the same multiply-adds in the same order,
 // so the same bits. y is put into this order once per call and back after
@@ -479,14 +484,10 @@ HWY_INLINE __m512i Q4_0Bytes16(const uint8_t* p) {
 // random quarter of the rows from DRAM, 8.0-8.1 -> 9.0; all rows in order
 // from DRAM 11 either way (bound by the misses in flight, not the kernel).
 // 125M-shaped synthetic Q4_0 bundles, `bench -p 0 -n 64 -t 1`: neuron
-// layout 176-191 -> 196-204 tok/s, dip layout 168-170 -> 179-193.
-inline constexpr size_t kChunkBlocks = 4;
-inline constexpr size_t kChunkElems = kChunkBlocks * 32;
-HWY_INLINE size_t ChunkElement(size_t n, size_t i) {
-  return 32 * (i / 4) + 4 * (i % 4) + n / 2 + 16 * (n % 2);
-}
+// layout 176-191 -> 196-204 tok/s, dip layout (dense policy) 136-145 ->
+// 159-163.
 
-// The eight vectors of a chunk, natural order -> ChunkElement order
+// The eight vectors of a chunk, natural order -> chunk order
 // (kToChunk) or back. For h = n % 2 and m = n / 2, vector n's lanes 4l..4l+3
 // are lanes m, m + 4, m + 8, m + 12 of natural vector 2l + h: a 4x4
 // transpose inside each vector (vpermps) and one of the 128-bit lane groups
@@ -556,7 +557,7 @@ inline constexpr size_t kMinPermutedRows = 16;
 
 // kSplit: Q4_0S rows.
 // chunks: null, or the window's whole chunks of four blocks in
-// ChunkElement order (Q4_0S on AVX-512: Q4_0SChunkAxpys); the blocks past
+// chunk order (Q4_0S on AVX-512: Q4_0SChunkAxpys); the blocks past
 // them are added to y.
 template <size_t kRows, bool kSplit>
 HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows, const float* HWY_RESTRICT a,
@@ -687,7 +688,7 @@ struct Q4_0Axpy {
     return {o + layout.nibbles_at + b0 * layout.nibble_stride,
             o + layout.nibbles_at + b1 * layout.nibble_stride};
   }
-  // Whole chunks of four blocks in the window, added in ChunkElement order
+  // Whole chunks of four blocks in the window, added in chunk order
   // (0 where the target has no chunk kernel).
   static size_t PermutedChunks(ColumnWindow w) {
 #ifdef SPARROW_Q4_0_NIBBLE_TABLE
@@ -770,7 +771,7 @@ HWY_INLINE void AxpyGroups(const uint8_t* const* rows, size_t count, ColumnWindo
   }
 }
 
-// The window's whole chunks in ChunkElement order (K::PermutedChunks),
+// The window's whole chunks in chunk order (K::PermutedChunks),
 // where the set has enough rows to pay for the two reorderings.
 template <class K>
 HWY_INLINE size_t ChunksToPermute(size_t count, ColumnWindow window, const float* a) {
@@ -790,7 +791,7 @@ template <class K>
 HWY_INLINE void AxpyOneToken(const uint8_t* const* rows, size_t count, ColumnWindow window,
                              const float* a, float* y) {
   float* chunks = nullptr;
-  const size_t permuted = ChunksToPermute<K>(count, window, a);
+  [[maybe_unused]] const size_t permuted = ChunksToPermute<K>(count, window, a);
 #ifdef SPARROW_Q4_0_NIBBLE_TABLE
   thread_local AlignedBuffer<float> reordered;  // AxpyRowsScratchBytes
   if (permuted != 0) {
@@ -1038,12 +1039,9 @@ HWY_INLINE void AxpyBatch(TensorType type, const uint8_t* const* rows, size_t co
 // Bytes AxpyRowsImpl keeps on each calling thread for rows of `cols`
 // elements of `type` (the reordered chunks of AxpyOneToken).
 HWY_INLINE size_t AxpyRowsScratchBytesImpl(TensorType type, size_t cols) {
-#ifdef SPARROW_Q4_0_NIBBLE_TABLE
-  if (type == TensorType::kQ4_0S) return cols / kChunkElems * kChunkElems * sizeof(float);
-#endif
-  (void)type;
-  (void)cols;
-  return 0;
+  if (type != TensorType::kQ4_0S) return 0;
+  const size_t chunks = Q4_0Axpy<true>::PermutedChunks(ColumnWindow{0, cols, cols});
+  return chunks * kChunkElems * sizeof(float);
 }
 
 // The caller has checked the type and the window.

@@ -311,7 +311,7 @@ struct AxpyCase {
 std::vector<AxpyCase> AxpyCases(TensorType type) {
   if (IsQuantized(type)) {
     // One token and 16 rows or more: Q4_0S on AVX-512 adds whole chunks of
-    // four blocks in another order of y (gather-inl.h: ChunkElement), the
+    // four blocks in another order of y (gather-inl.h: chunk order), the
     // blocks past them as usual.
     return {{32, 1, 1},    {32, 7, 3},   {64, 5, 1},    {96, 13, 3},   {2240, 6, 1},
             {2240, 9, 3},  {544, 11, 1}, {1056, 10, 3}, {320, 37, 64}, {32, 3, 64},
