@@ -44,11 +44,11 @@ uint64_t StagingBytes(const bundle::Bundle& b, const StreamConfig& s) {
   return 2 * PlannerStagingBytes(b, s);
 }
 
-// Rows, maps and the eviction policy's per-unit records of one group, and
-// its two per-unit stamps (need_stamp, chosen_at).
+// Rows, maps and the eviction policy's per-unit records of one group, its
+// two per-unit stamps (need_stamp, chosen_at), and the bitmap that sorts its
+// cached rows (SortDistinctBelow's, shared by the groups: charging each
+// covers the largest).
 uint64_t GroupBytes(const bundle::UnitGroup& g, EvictionKind kind, uint32_t capacity) {
-  // Also the need stamps and choice tokens, and the sort of cached rows
-  // (SortDistinctBelow, charged per group: at most the largest is held).
   return UnitCache::MemoryBytes(g.n_units, g.payload_bytes, capacity) +
          EvictionPolicyMemoryBytes(kind, g.n_units) + 2 * uint64_t{g.n_units} * sizeof(uint32_t) +
          SortDistinctScratchBytes(g.n_units);
