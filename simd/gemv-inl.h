@@ -109,6 +109,15 @@ HWY_INLINE size_t PairLayoutIndex(size_t block, size_t i) {
 // probe with int16, 83-88% with int8 (README.md has the whole table).
 #define SPARROW_Q4_0_INT8 1
 #endif
+// Whether Q4_0 rows take a quad form too (Q4_0InterleavedQuads), in Q4_0S's
+// activation layout: where VBMI's byte permute gathers their nibbles
+// (AVX3_DL; Cascade Lake, which Highway gives AVX3, has none and keeps the
+// pair form).
+#if defined(SPARROW_Q4_0_INT8) && HWY_TARGET == HWY_AVX3_DL
+inline constexpr bool kQ4_0PlainQuads = true;
+#else
+inline constexpr bool kQ4_0PlainQuads = false;
+#endif
 
 // The activations Q4_0Rows takes on this target and CPU: int8
 // (SPARROW_Q4_0_INT8, natural order, largest magnitude to +-127) or int16
@@ -162,7 +171,7 @@ HWY_INLINE void QuantizeActivationsImpl(const float* HWY_RESTRICT x, size_t n,
   // Q4_0: int8 in natural order, in q's bytes; Q4_0S: in the quad layout.
   if (pair_layout && Q4_0ActivationsAreInt8()) {
     QuantizeInt8Impl(x, n, reinterpret_cast<int8_t*>(q), scales, sums);
-    if (split_quads) ToQuadLayout(reinterpret_cast<int8_t*>(q), n / 32);
+    if (split_quads || kQ4_0PlainQuads) ToQuadLayout(reinterpret_cast<int8_t*>(q), n / 32);
     return;
   }
 #endif
@@ -885,6 +894,120 @@ HWY_INLINE void Q4_0SplitQuads(const uint8_t* const* HWY_RESTRICT rows, size_t n
 }
 #endif
 
+#if defined(SPARROW_Q4_0_INT8) && HWY_TARGET == HWY_AVX3_DL
+// Q4_0 rows (18-byte blocks: f16 scale, 16 nibble bytes) in Q4_0SplitQuads'
+// form, reading each row front to back in 64-byte loads, each byte once, as
+// a Q4_0S row is read. Quad q (blocks 4q..4q+3) is the row's bytes
+// [72q, 72q + 72): the end of load k = q + q / 8 and all of load k + 1,
+// starting 8 * (q % 8) bytes into load k, so eight quads take nine loads.
+// VBMI's two-table byte permute gathers the quad's nibbles into Q4_0S order
+// and the word permute its four scales, each repeated for its four lanes.
+//
+// Why: the pair form (Q4_0RowsForm) is bound by arithmetic, and a quad form
+// that loads each quad's 72 bytes on their own (two overlapping loads, the
+// scales through HalfScales16 a group ahead) went from 14 to 23 GB/s with
+// its rows in L2 but stayed at 14 from DRAM, where Q4_0S rows, read in
+// whole consecutive 64-byte loads that the hardware prefetchers follow, run
+// at 28. This one: 20-21, and 23-25 with the integer offset below (one
+// multiply-add less per row and quad). Zen 4 VM, one thread, `gather_bench
+// --types q4_0,q4_0s --shapes 2048x5632 --kernels dot --clock cpu`, rows in
+// order (README has the alternated figures).
+struct InterleavedQuadTables {
+  alignas(64) uint8_t nibbles[8][64];  // byte 16j + i: block j's nibble byte i
+  alignas(64) uint16_t scales[8][32];  // word 4j + l (l < 4): block j's scale
+};
+inline constexpr InterleavedQuadTables kInterleavedQuadTables = [] {
+  InterleavedQuadTables t{};
+  for (size_t start = 0; start < 8; ++start) {
+    const size_t at = 8 * start;  // the quad's first byte in its first load
+    for (size_t j = 0; j < 4; ++j) {
+      for (size_t i = 0; i < 16; ++i) {
+        t.nibbles[start][16 * j + i] = static_cast<uint8_t>(at + 18 * j + 2 + i);
+      }
+      for (size_t l = 0; l < 4; ++l) {
+        t.scales[start][4 * j + l] = static_cast<uint16_t>((at + 18 * j) / 2);
+      }
+    }
+  }
+  return t;
+}();
+
+template <size_t kRows, class Pf>
+HWY_INLINE void Q4_0InterleavedQuads(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
+                                     const int8_t* HWY_RESTRICT xq, const float* HWY_RESTRICT sx,
+                                     float* HWY_RESTRICT y, size_t y_stride, Pf& pf) {
+  const size_t row_bytes = nblocks * sizeof(BlockQ4_0);
+  // Load k of a row; bytes past the row's end read as zero (unread), so a
+  // short last quad's missing blocks have zero nibbles and scales.
+  const auto load = [row_bytes](const uint8_t* row, size_t k) HWY_ATTR {
+    const size_t at = 64 * k;
+    if (at + 64 <= row_bytes) return _mm512_loadu_si512(row + at);
+    if (at >= row_bytes) return _mm512_setzero_si512();
+    return _mm512_maskz_loadu_epi8((__mmask64{1} << (row_bytes - at)) - 1, row + at);
+  };
+  __m512 f[4];
+  __m512i last[4];  // the previous quad's second load
+  for (size_t r = 0; r < 4; ++r) {
+    f[r] = _mm512_setzero_ps();
+    last[r] = _mm512_setzero_si512();
+  }
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i eight = _mm512_set1_epi8(8);
+  const __m512i quad_of_lane = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  // Quad q, the `start`-th of its group of eight; kWhole: both its loads
+  // lie inside the rows (no bounds to check).
+  const auto quad = [&](size_t q, size_t start, auto whole) HWY_ATTR {
+    constexpr bool kWhole = decltype(whole)::value;
+    const size_t k = q + q / 8;
+    pf.Upto(72 * q);
+    const int8_t* xb = xq + 128 * q;  // the quad's activations (QuadLayoutIndex)
+    const __m512i xlo = _mm512_loadu_si512(xb);
+    const __m512i xhi = _mm512_loadu_si512(xb + 64);
+    // Each block's activation scale, four times (GemvInput pads it with
+    // zeros past the last block).
+    const __m512 sxq = _mm512_permutexvar_ps(quad_of_lane, _mm512_loadu_ps(sx + 4 * q));
+    // The nibbles are q + 8: every row's sums start from -8 times the
+    // activations each lane multiplies, exact in int32 (one pair of byte
+    // dots per quad, for all the rows).
+    __m512i offset = _mm512_setzero_si512();
+    asm("vpdpbusd %2, %1, %0" : "+v"(offset) : "v"(eight), "v"(xlo));
+    asm("vpdpbusd %2, %1, %0" : "+v"(offset) : "v"(eight), "v"(xhi));
+    offset = _mm512_sub_epi32(_mm512_setzero_si512(), offset);
+    const __m512i nibble_index = _mm512_load_si512(kInterleavedQuadTables.nibbles[start]);
+    const __m512i scale_index = _mm512_load_si512(kInterleavedQuadTables.scales[start]);
+    for (size_t r = 0; r < kRows; ++r) {
+      __m512i first, second;
+      if constexpr (kWhole) {
+        first = start == 0 ? _mm512_loadu_si512(rows[r] + 64 * k) : last[r];
+        second = _mm512_loadu_si512(rows[r] + 64 * (k + 1));
+      } else {
+        first = start == 0 ? load(rows[r], k) : last[r];
+        second = load(rows[r], k + 1);
+      }
+      last[r] = second;
+      const __m512i w = _mm512_permutex2var_epi8(first, nibble_index, second);
+      const __m512i d16 = _mm512_permutex2var_epi16(first, scale_index, second);
+      const __m512 s = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(d16)), sxq);
+      const __m512i lo = _mm512_and_si512(w, low);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+      __m512i acc = offset;
+      asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(lo), "v"(xlo));
+      asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(hi), "v"(xhi));
+      f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, f[r]);
+    }
+  };
+  // Whole groups of eight quads (32 blocks, nine loads) unrolled, so each
+  // quad's tables and first load are known at compile time; then the rest.
+  size_t q = 0;
+  for (; 32 * (q / 8 + 1) <= nblocks; q += 8) {
+#pragma GCC unroll 8
+    for (size_t start = 0; start < 8; ++start) quad(q + start, start, std::true_type());
+  }
+  for (; 4 * q < nblocks; ++q) quad(q, q % 8, std::false_type());
+  for (size_t r = 0; r < kRows; ++r) y[r * y_stride] = _mm512_reduce_add_ps(f[r]);
+}
+#endif
+
 // Both forms are compiled where the CPU decides (AVX3): one branch per call
 // of four rows, outside the loops. kSplit: Q4_0S rows.
 template <size_t kRows, bool kSplit, class Pf>
@@ -898,7 +1021,13 @@ HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
       return Q4_0SplitQuads<kRows>(rows, nblocks, reinterpret_cast<const int8_t*>(xq), sx, sums,
                                    y, y_stride, pf);
     } else {
+#if HWY_TARGET == HWY_AVX3_DL
+      // (No activation sums: the offset is summed exactly in int32.)
+      return Q4_0InterleavedQuads<kRows>(rows, nblocks, reinterpret_cast<const int8_t*>(xq), sx, y,
+                                         y_stride, pf);
+#else
       return Q4_0RowsForm<kRows, true, false>(rows, nblocks, xq, sx, sums, y, y_stride, pf);
+#endif
     }
   }
 #endif
@@ -1471,9 +1600,17 @@ struct Q4_0Kernel {
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t cols, const Input& in,
                              float* y, size_t y_stride) {
-    StridedRows<kRows> s(w, stride);
-    Q4_0Rows<kRows, kSplit>(s.rows, cols / 32, in.quantized(), in.scales(), in.sums(), y,
-                            y_stride, s.pf);
+    // The quad forms read each row front to back in whole 64-byte loads,
+    // which the hardware prefetchers follow (as FloatKernel's rows).
+    if ((kSplit || kQ4_0PlainQuads) && Q4_0ActivationsAreInt8() && CpuStreamsRowsItself()) {
+      StridedRows<kRows, HardwarePrefetch> s(w, stride);
+      Q4_0Rows<kRows, kSplit>(s.rows, cols / 32, in.quantized(), in.scales(), in.sums(), y,
+                              y_stride, s.pf);
+    } else {
+      StridedRows<kRows> s(w, stride);
+      Q4_0Rows<kRows, kSplit>(s.rows, cols / 32, in.quantized(), in.scales(), in.sums(), y,
+                              y_stride, s.pf);
+    }
   }
 };
 struct Q4_KKernel {
