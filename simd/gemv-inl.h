@@ -120,8 +120,9 @@ inline constexpr bool kQ4_0PlainQuads = false;
 #endif
 
 // The activations Q4_0Rows takes on this target and CPU: int8
-// (SPARROW_Q4_0_INT8, natural order, largest magnitude to +-127) or int16
-// in the pair layout. QuantizeActivationsImpl and Q4_0Rows both ask, so
+// (SPARROW_Q4_0_INT8, largest magnitude to +-127; natural order for Q4_0's
+// pair form, the quad layout for the quad forms) or int16 in the pair
+// layout. QuantizeActivationsImpl and Q4_0Rows both ask, so
 // they agree.
 HWY_INLINE bool Q4_0ActivationsAreInt8() {
 #if defined(SPARROW_Q4_0_INT8) && HWY_TARGET == HWY_AVX3
@@ -168,7 +169,8 @@ HWY_INLINE void QuantizeActivationsImpl(const float* HWY_RESTRICT x, size_t n,
                                         float* HWY_RESTRICT group_sums,
                                         float* HWY_RESTRICT group_scales) {
 #ifdef SPARROW_Q4_0_INT8
-  // Q4_0: int8 in natural order, in q's bytes; Q4_0S: in the quad layout.
+  // int8 in q's bytes: in the quad layout for Q4_0S and, where it takes the
+  // quad form (kQ4_0PlainQuads), Q4_0; else in natural order.
   if (pair_layout && Q4_0ActivationsAreInt8()) {
     QuantizeInt8Impl(x, n, reinterpret_cast<int8_t*>(q), scales, sums);
     if (split_quads || kQ4_0PlainQuads) ToQuadLayout(reinterpret_cast<int8_t*>(q), n / 32);

@@ -119,7 +119,8 @@ void GemvInput::Prepare(TensorType weight_type, const float* x, size_t n) {
   const size_t blocks = n / 32;
   // Q4_0 pairs blocks (gemv-inl.h: PairLayoutIndex); an odd last block gets
   // a zero partner. Q4_0S too, or in quads where the activations are int8
-  // (QuadLayoutIndex).
+  // (QuadLayoutIndex), as Q4_0 on targets that take its quad form (the
+  // target decides: QuantizeActivationsImpl).
   const bool pairs = IsQ4_0Family(weight_type);
   const bool quads = weight_type == TensorType::kQ4_0S;
   Reserve(q_, sizes.q);
