@@ -118,6 +118,9 @@ inline constexpr bool kQ4_0PlainQuads = true;
 #else
 inline constexpr bool kQ4_0PlainQuads = false;
 #endif
+// Whether Q8_0 rows take int8 activations (Q8_0InterleavedPairs), on the
+// same targets and for the same reason.
+inline constexpr bool kQ8_0Int8 = kQ4_0PlainQuads;
 
 // The activations Q4_0Rows takes on this target and CPU: int8
 // (SPARROW_Q4_0_INT8, largest magnitude to +-127; natural order for Q4_0's
@@ -161,11 +164,9 @@ HWY_INLINE void ToQuadLayout(int8_t* HWY_RESTRICT q, size_t nblocks) {
   }
 }
 
-HWY_INLINE void QuantizeActivationsImpl(const float* HWY_RESTRICT x, size_t n,
-                                        bool pair_layout, bool split_quads,
-                                        int16_t* HWY_RESTRICT q,
-                                        float* HWY_RESTRICT scales,
-                                        float* HWY_RESTRICT sums,
+HWY_INLINE void QuantizeActivationsImpl(const float* HWY_RESTRICT x, size_t n, bool pair_layout,
+                                        bool split_quads, bool q8_0, int16_t* HWY_RESTRICT q,
+                                        float* HWY_RESTRICT scales, float* HWY_RESTRICT sums,
                                         float* HWY_RESTRICT group_sums,
                                         float* HWY_RESTRICT group_scales) {
 #ifdef SPARROW_Q4_0_INT8
@@ -177,6 +178,11 @@ HWY_INLINE void QuantizeActivationsImpl(const float* HWY_RESTRICT x, size_t n,
     return;
   }
 #endif
+  // Q8_0 where it takes int8 (kQ8_0Int8): in natural order, in q's bytes.
+  if (q8_0 && kQ8_0Int8) {
+    QuantizeInt8Impl(x, n, reinterpret_cast<int8_t*>(q), scales, sums);
+    return;
+  }
   // Q6_K: int8 in natural order, in q's bytes, with the groups' sums of
   // the quantized values and each group's (its block's) scale.
   if (group_sums != nullptr && Q6_KActivationsAreInt8()) {
@@ -191,6 +197,7 @@ HWY_INLINE void QuantizeActivationsImpl(const float* HWY_RESTRICT x, size_t n,
     return;
   }
   (void)split_quads;
+  (void)q8_0;
   const hn::CappedTag<float, 16> df;
   const hn::Rebind<int32_t, decltype(df)> di32;
   const hn::Rebind<int16_t, decltype(df)> di16;
@@ -914,39 +921,92 @@ HWY_INLINE void Q4_0SplitQuads(const uint8_t* const* HWY_RESTRICT rows, size_t n
 // multiply-add less per row and quad). Zen 4 VM, one thread, `gather_bench
 // --types q4_0,q4_0s --shapes 2048x5632 --kernels dot --clock cpu`, rows in
 // order (README has the alternated figures).
-struct InterleavedQuadTables {
-  alignas(64) uint8_t nibbles[8][64];  // byte 16j + i: block j's nibble byte i
-  alignas(64) uint16_t scales[8][32];  // word 4j + l (l < 4): block j's scale
+// Tables for reading rows of blocks (an f16 scale, then values) front to
+// back in 64-byte loads, kBlocks blocks per step: step p is the row's bytes
+// [kStep * p, kStep * p + kStep), the end of load k = p + p / kStarts and
+// all of load k + 1, starting (kStep - 64) * (p % kStarts) bytes into load
+// k. For each start, the byte index (VBMI's two-table byte permute) that
+// puts block j's values at (kBlockBytes - 2) * j, and the word index that
+// puts its scale in lanes 16 / kBlocks * j onwards, once per lane.
+template <size_t kBlockBytes, size_t kBlocks>
+struct BlockGatherTables {
+  static constexpr size_t kStep = kBlocks * kBlockBytes;
+  static_assert(kStep > 64 && kStep <= 128 && 64 % (kStep - 64) == 0);
+  static constexpr size_t kStarts = 64 / (kStep - 64);
+  alignas(64) uint8_t values[kStarts][64];
+  alignas(64) uint16_t scales[kStarts][32];
 };
-inline constexpr InterleavedQuadTables kInterleavedQuadTables = [] {
-  InterleavedQuadTables t{};
-  for (size_t start = 0; start < 8; ++start) {
-    const size_t at = 8 * start;  // the quad's first byte in its first load
-    for (size_t j = 0; j < 4; ++j) {
-      for (size_t i = 0; i < 16; ++i) {
-        t.nibbles[start][16 * j + i] = static_cast<uint8_t>(at + 18 * j + 2 + i);
+template <size_t kBlockBytes, size_t kBlocks>
+inline constexpr BlockGatherTables<kBlockBytes, kBlocks> kBlockGatherTables = [] {
+  using Tables = BlockGatherTables<kBlockBytes, kBlocks>;
+  constexpr size_t kValues = kBlockBytes - 2;
+  constexpr size_t kLanes = 16 / kBlocks;
+  Tables t{};
+  for (size_t start = 0; start < Tables::kStarts; ++start) {
+    const size_t at = (Tables::kStep - 64) * start;  // the step's first byte in its first load
+    for (size_t j = 0; j < kBlocks; ++j) {
+      for (size_t i = 0; i < kValues; ++i) {
+        t.values[start][kValues * j + i] = static_cast<uint8_t>(at + kBlockBytes * j + 2 + i);
       }
-      for (size_t l = 0; l < 4; ++l) {
-        t.scales[start][4 * j + l] = static_cast<uint16_t>((at + 18 * j) / 2);
+      for (size_t l = 0; l < kLanes; ++l) {
+        t.scales[start][kLanes * j + l] = static_cast<uint16_t>((at + kBlockBytes * j) / 2);
       }
     }
   }
   return t;
 }();
 
+// Load k (64 bytes) of a row of `row_bytes`; bytes past its end read as
+// zero and are not read.
+HWY_INLINE __m512i LoadRowPart(const uint8_t* HWY_RESTRICT row, size_t k, size_t row_bytes) {
+  const size_t at = 64 * k;
+  if (at + 64 <= row_bytes) return _mm512_loadu_si512(row + at);
+  if (at >= row_bytes) return _mm512_setzero_si512();
+  return _mm512_maskz_loadu_epi8((__mmask64{1} << (row_bytes - at)) - 1, row + at);
+}
+
+// Step (start, load k)'s two loads of a row into `first` and `second`: the
+// first is the previous step's second (`last`, updated) unless the step
+// starts a group. kWhole: both inside the row.
+template <bool kWhole>
+HWY_INLINE void StepLoads(const uint8_t* HWY_RESTRICT row, size_t k, size_t start, size_t row_bytes,
+                          __m512i& last, __m512i& first, __m512i& second) {
+  if constexpr (kWhole) {
+    first = start == 0 ? _mm512_loadu_si512(row + 64 * k) : last;
+    second = _mm512_loadu_si512(row + 64 * (k + 1));
+  } else {
+    first = start == 0 ? LoadRowPart(row, k, row_bytes) : last;
+    second = LoadRowPart(row, k + 1, row_bytes);
+  }
+  last = second;
+}
+
+// Calls step(p, start, whole) for the `steps` steps of kBlocks blocks
+// over `nblocks` blocks: whole groups of kStarts steps (32 blocks, both
+// loads of each inside the row) unrolled, so each step's tables and loads
+// are known at compile time (whole: std::true_type), then the rest.
+template <size_t kBlockBytes, size_t kBlocks, class Step>
+HWY_INLINE void ForEachGatherStep(size_t nblocks, const Step& step) {
+  constexpr size_t kStarts = BlockGatherTables<kBlockBytes, kBlocks>::kStarts;
+  static_assert(kStarts * kBlocks == 32);
+  const size_t steps = (nblocks + kBlocks - 1) / kBlocks;
+  size_t p = 0;
+  for (; p + kStarts <= nblocks / 32 * kStarts; p += kStarts) {
+#pragma GCC unroll 16
+    for (size_t start = 0; start < kStarts; ++start) step(p + start, start, std::true_type());
+  }
+  for (; p < steps; ++p) step(p, p % kStarts, std::false_type());
+}
+
 template <size_t kRows, class Pf>
 HWY_INLINE void Q4_0InterleavedQuads(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
                                      const int8_t* HWY_RESTRICT xq, const float* HWY_RESTRICT sx,
                                      float* HWY_RESTRICT y, size_t y_stride, Pf& pf) {
+  using Tables = BlockGatherTables<sizeof(BlockQ4_0), 4>;
+  const auto& tables = kBlockGatherTables<sizeof(BlockQ4_0), 4>;
+  // Bytes past the row's end load as zero, so a short last quad's missing
+  // blocks have zero nibbles and scales.
   const size_t row_bytes = nblocks * sizeof(BlockQ4_0);
-  // Load k of a row; bytes past the row's end read as zero (unread), so a
-  // short last quad's missing blocks have zero nibbles and scales.
-  const auto load = [row_bytes](const uint8_t* row, size_t k) HWY_ATTR {
-    const size_t at = 64 * k;
-    if (at + 64 <= row_bytes) return _mm512_loadu_si512(row + at);
-    if (at >= row_bytes) return _mm512_setzero_si512();
-    return _mm512_maskz_loadu_epi8((__mmask64{1} << (row_bytes - at)) - 1, row + at);
-  };
   __m512 f[4];
   __m512i last[4];  // the previous quad's second load
   for (size_t r = 0; r < 4; ++r) {
@@ -960,8 +1020,8 @@ HWY_INLINE void Q4_0InterleavedQuads(const uint8_t* const* HWY_RESTRICT rows, si
   // lie inside the rows (no bounds to check).
   const auto quad = [&](size_t q, size_t start, auto whole) HWY_ATTR {
     constexpr bool kWhole = decltype(whole)::value;
-    const size_t k = q + q / 8;
-    pf.Upto(72 * q);
+    const size_t k = q + q / Tables::kStarts;
+    pf.Upto(Tables::kStep * q);
     const int8_t* xb = xq + 128 * q;  // the quad's activations (QuadLayoutIndex)
     const __m512i xlo = _mm512_loadu_si512(xb);
     const __m512i xhi = _mm512_loadu_si512(xb + 64);
@@ -975,18 +1035,11 @@ HWY_INLINE void Q4_0InterleavedQuads(const uint8_t* const* HWY_RESTRICT rows, si
     asm("vpdpbusd %2, %1, %0" : "+v"(offset) : "v"(eight), "v"(xlo));
     asm("vpdpbusd %2, %1, %0" : "+v"(offset) : "v"(eight), "v"(xhi));
     offset = _mm512_sub_epi32(_mm512_setzero_si512(), offset);
-    const __m512i nibble_index = _mm512_load_si512(kInterleavedQuadTables.nibbles[start]);
-    const __m512i scale_index = _mm512_load_si512(kInterleavedQuadTables.scales[start]);
+    const __m512i nibble_index = _mm512_load_si512(tables.values[start]);
+    const __m512i scale_index = _mm512_load_si512(tables.scales[start]);
     for (size_t r = 0; r < kRows; ++r) {
       __m512i first, second;
-      if constexpr (kWhole) {
-        first = start == 0 ? _mm512_loadu_si512(rows[r] + 64 * k) : last[r];
-        second = _mm512_loadu_si512(rows[r] + 64 * (k + 1));
-      } else {
-        first = start == 0 ? load(rows[r], k) : last[r];
-        second = load(rows[r], k + 1);
-      }
-      last[r] = second;
+      StepLoads<kWhole>(rows[r], k, start, row_bytes, last[r], first, second);
       const __m512i w = _mm512_permutex2var_epi8(first, nibble_index, second);
       const __m512i d16 = _mm512_permutex2var_epi16(first, scale_index, second);
       const __m512 s = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(d16)), sxq);
@@ -998,14 +1051,7 @@ HWY_INLINE void Q4_0InterleavedQuads(const uint8_t* const* HWY_RESTRICT rows, si
       f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, f[r]);
     }
   };
-  // Whole groups of eight quads (32 blocks, nine loads) unrolled, so each
-  // quad's tables and first load are known at compile time; then the rest.
-  size_t q = 0;
-  for (; 32 * (q / 8 + 1) <= nblocks; q += 8) {
-#pragma GCC unroll 8
-    for (size_t start = 0; start < 8; ++start) quad(q + start, start, std::true_type());
-  }
-  for (; 4 * q < nblocks; ++q) quad(q, q % 8, std::false_type());
+  ForEachGatherStep<sizeof(BlockQ4_0), 4>(nblocks, quad);
   for (size_t r = 0; r < kRows; ++r) y[r * y_stride] = _mm512_reduce_add_ps(f[r]);
 }
 #endif
@@ -1039,6 +1085,84 @@ HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
 #endif
 }
 
+#if defined(SPARROW_Q4_0_INT8) && HWY_TARGET == HWY_AVX3_DL
+// Q8_0 rows (34-byte blocks: f16 scale, 32 int8 weights) against int8
+// activations in natural order, two blocks per vpdpbusd, each row read front
+// to back in 64-byte loads as Q4_0InterleavedQuads reads Q4_0 rows: pair p
+// (blocks 2p, 2p + 1) is the row's bytes [68p, 68p + 68), the end of load
+// k = p + p / 16 and all of load k + 1, starting 4 * (p % 16) bytes into
+// load k, so sixteen pairs take seventeen loads. VBMI's two-table byte
+// permute gathers the pair's 64 weights and the word permute its two
+// scales, each repeated for its eight lanes. vpdpbusd multiplies unsigned
+// bytes by signed ones: the weights go in as w + 128 (an XOR), and every
+// sum starts from -128 times its activations (one byte dot per pair for all
+// rows), exact in int32.
+//
+// Why: the int16 kernel widens every weight and activation and, with its
+// per-block loads software-prefetched, read rows in order at 16-17 GB/s;
+// this one at 25-28 (Zen 4 VM, one thread, `gather_bench --types q8_0
+// --shapes 2048x5632 --kernels dot` and `gemv_bench --types q8_0`; README).
+//
+// T inputs at once (the weights gathered once for all): input i's
+// activations at xq[i], scales at sx[i], results at y[i][r * y_stride];
+// each input's steps are those it gets alone, so the same bits.
+template <size_t kRows, size_t T, class Pf>
+HWY_INLINE void Q8_0InterleavedPairs(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
+                                     const int8_t* const* xq, const float* const* sx,
+                                     float* const* y, size_t y_stride, Pf& pf) {
+  using Tables = BlockGatherTables<sizeof(BlockQ8_0), 2>;
+  const auto& tables = kBlockGatherTables<sizeof(BlockQ8_0), 2>;
+  // Bytes past the row's end load as zero: an absent second block then has
+  // weights 0 - 128 against the offset's +128, and a zero scale.
+  const size_t row_bytes = nblocks * sizeof(BlockQ8_0);
+  __m512 f[T][4];
+  __m512i last[4];  // the previous pair's second load
+  for (size_t r = 0; r < 4; ++r) {
+    for (size_t i = 0; i < T; ++i) f[i][r] = _mm512_setzero_ps();
+    last[r] = _mm512_setzero_si512();
+  }
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i pair_of_lane = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  // Pair p, the `start`-th of its group of sixteen; kWhole: both its loads
+  // lie inside the rows.
+  const auto pair = [&](size_t p, size_t start, auto whole) HWY_ATTR {
+    constexpr bool kWhole = decltype(whole)::value;
+    const size_t k = p + p / Tables::kStarts;
+    pf.Upto(Tables::kStep * p);
+    // Each input's offset (-128 times the activations each lane multiplies)
+    // and each block's activation scale, eight times (the buffers are
+    // padded with zeros past the last block).
+    __m512i offset[T];
+    __m512 sxp[T];
+    for (size_t i = 0; i < T; ++i) {
+      __m512i o = _mm512_setzero_si512();
+      asm("vpdpbusd %2, %1, %0" : "+v"(o) : "v"(bias), "v"(_mm512_loadu_si512(xq[i] + 64 * p)));
+      offset[i] = _mm512_sub_epi32(_mm512_setzero_si512(), o);
+      sxp[i] = _mm512_permutexvar_ps(pair_of_lane, _mm512_loadu_ps(sx[i] + 2 * p));
+    }
+    const __m512i weight_index = _mm512_load_si512(tables.values[start]);
+    const __m512i scale_index = _mm512_load_si512(tables.scales[start]);
+    for (size_t r = 0; r < kRows; ++r) {
+      __m512i first, second;
+      StepLoads<kWhole>(rows[r], k, start, row_bytes, last[r], first, second);
+      const __m512i w =
+          _mm512_xor_si512(_mm512_permutex2var_epi8(first, weight_index, second), bias);
+      const __m512 d = _mm512_cvtph_ps(
+          _mm512_castsi512_si256(_mm512_permutex2var_epi16(first, scale_index, second)));
+      for (size_t i = 0; i < T; ++i) {
+        __m512i acc = offset[i];
+        asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(_mm512_loadu_si512(xq[i] + 64 * p)));
+        f[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(d, sxp[i]), f[i][r]);
+      }
+    }
+  };
+  ForEachGatherStep<sizeof(BlockQ8_0), 2>(nblocks, pair);
+  for (size_t i = 0; i < T; ++i) {
+    for (size_t r = 0; r < kRows; ++r) y[i][r * y_stride] = _mm512_reduce_add_ps(f[i][r]);
+  }
+}
+#endif
+
 // One Q8_0 block: 32 int8 weights at `qs` times 32 activations at `xb`.
 template <class VF>
 HWY_INLINE void Q8_0Block(const Int32Tags& t, const uint8_t* HWY_RESTRICT qs,
@@ -1057,6 +1181,14 @@ HWY_INLINE void Q8_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
                          const float* HWY_RESTRICT sx,
                          const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
                          size_t y_stride, Pf& pf) {
+#if defined(SPARROW_Q4_0_INT8) && HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kQ8_0Int8) {
+    const int8_t* x8 = reinterpret_cast<const int8_t*>(xq);
+    const float* scales = sx;
+    float* out = y;
+    return Q8_0InterleavedPairs<kRows, 1>(rows, nblocks, &x8, &scales, &out, y_stride, pf);
+  }
+#endif
   const Int32Tags t;
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
@@ -1099,6 +1231,17 @@ HWY_INLINE void Q8_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
 template <size_t kRows, size_t T, class Input, class Pf>
 HWY_INLINE void Q8_0RowsTokens(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
                                const Input* in, float* const* y, size_t y_stride, Pf& pf) {
+#if defined(SPARROW_Q4_0_INT8) && HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kQ8_0Int8) {
+    const int8_t* x8[T];
+    const float* sx[T];
+    for (size_t i = 0; i < T; ++i) {
+      x8[i] = reinterpret_cast<const int8_t*>(in[i].quantized());
+      sx[i] = in[i].scales();
+    }
+    return Q8_0InterleavedPairs<kRows, T>(rows, nblocks, x8, sx, y, y_stride, pf);
+  }
+#endif
   const Int32Tags t;
   const hn::ScalableTag<float> dfull;
   const size_t G = hn::Lanes(dfull);
@@ -1577,7 +1720,10 @@ struct Q8_0Kernel {
 #if HWY_HAVE_SCALABLE
   static constexpr size_t kTokens = 1;
 #else
-  static constexpr size_t kTokens = HWY_MAX_BYTES >= 64 ? 4 : 2;
+  // The int8 form (kQ8_0Int8) two at a time: with four, its sixteen
+  // accumulators and per-input offsets spill, and pp16 on the 125M-shaped
+  // Q8_0 bundle fell from 294-305 to 269-277 tok/s.
+  static constexpr size_t kTokens = kQ8_0Int8 ? 2 : HWY_MAX_BYTES >= 64 ? 4 : 2;
   // kTokens inputs from `in`; input t's results at y + t * token_stride.
   template <size_t kRows, class Input>
   static HWY_INLINE void RunTokens(const uint8_t* w, size_t stride, size_t cols, const Input* in,
@@ -1591,9 +1737,15 @@ struct Q8_0Kernel {
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t cols, const Input& in,
                              float* y, size_t y_stride) {
-    StridedRows<kRows> s(w, stride);
-    Q8_0Rows<kRows>(s.rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, y_stride,
-                    s.pf);
+    // The int8 form reads whole consecutive 64-byte loads, which the
+    // hardware prefetchers follow (as FloatKernel's rows).
+    if (kQ8_0Int8 && CpuStreamsRowsItself()) {
+      StridedRows<kRows, HardwarePrefetch> s(w, stride);
+      Q8_0Rows<kRows>(s.rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, y_stride, s.pf);
+    } else {
+      StridedRows<kRows> s(w, stride);
+      Q8_0Rows<kRows>(s.rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, y_stride, s.pf);
+    }
   }
 };
 template <bool kSplit>

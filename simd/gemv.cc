@@ -17,15 +17,16 @@ void GemvT(TensorType type, const void* weights, size_t row_bytes, size_t cols,
   GemvImpl(type, weights, row_bytes, cols, x, n, row_begin, row_end, y, y_stride);
 }
 
-void QuantizeActivationsT(const float* x, size_t n, bool pair_layout, bool split_quads,
+void QuantizeActivationsT(const float* x, size_t n, bool pair_layout, bool split_quads, bool q8_0,
                           int16_t* q, float* scales, float* sums, float* group_sums,
                           float* group_scales) {
-  QuantizeActivationsImpl(x, n, pair_layout, split_quads, q, scales, sums, group_sums,
+  QuantizeActivationsImpl(x, n, pair_layout, split_quads, q8_0, q, scales, sums, group_sums,
                           group_scales);
 }
 
 bool Q4_0ActivationsAreInt8T() { return Q4_0ActivationsAreInt8(); }  // gemv-inl.h
 bool Q6_KActivationsAreInt8T() { return Q6_KActivationsAreInt8(); }
+bool Q8_0ActivationsAreInt8T() { return kQ8_0Int8; }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace sparrow::simd
@@ -68,6 +69,7 @@ HWY_EXPORT(GemvT);
 HWY_EXPORT(QuantizeActivationsT);
 HWY_EXPORT(Q4_0ActivationsAreInt8T);
 HWY_EXPORT(Q6_KActivationsAreInt8T);
+HWY_EXPORT(Q8_0ActivationsAreInt8T);
 
 int GemvActivationMax(TensorType type) {
   if (!IsQuantized(type)) return 0;
@@ -75,6 +77,9 @@ int GemvActivationMax(TensorType type) {
     return kInt8ActivationMax;
   }
   if (type == TensorType::kQ6_K && HWY_DYNAMIC_DISPATCH(Q6_KActivationsAreInt8T)()) {
+    return kInt8ActivationMax;
+  }
+  if (type == TensorType::kQ8_0 && HWY_DYNAMIC_DISPATCH(Q8_0ActivationsAreInt8T)()) {
     return kInt8ActivationMax;
   }
   return 32767;
@@ -132,10 +137,9 @@ void GemvInput::Prepare(TensorType weight_type, const float* x, size_t n) {
     Reserve(group_sums_, sizes.group_sums);
     Reserve(group_scales_, sizes.group_scales);
   }
-  HWY_DYNAMIC_DISPATCH(QuantizeActivationsT)(
-      x, n, pairs, quads, q_.data(), scales_.data(), sums_.data(),
-      groups ? group_sums_.data() : nullptr,
-      groups ? group_scales_.data() : nullptr);
+  HWY_DYNAMIC_DISPATCH(QuantizeActivationsT)
+  (x, n, pairs, quads, weight_type == TensorType::kQ8_0, q_.data(), scales_.data(), sums_.data(),
+   groups ? group_sums_.data() : nullptr, groups ? group_scales_.data() : nullptr);
   // Zero padding: kernels load whole vectors past the last block and
   // multiply the extra lanes by these zeros.
   std::memset(scales_.data() + blocks, 0, kGemvPadFloats * sizeof(float));
