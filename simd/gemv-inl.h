@@ -904,23 +904,6 @@ HWY_INLINE void Q4_0SplitQuads(const uint8_t* const* HWY_RESTRICT rows, size_t n
 #endif
 
 #if defined(SPARROW_Q4_0_INT8) && HWY_TARGET == HWY_AVX3_DL
-// Q4_0 rows (18-byte blocks: f16 scale, 16 nibble bytes) in Q4_0SplitQuads'
-// form, reading each row front to back in 64-byte loads, each byte once, as
-// a Q4_0S row is read. Quad q (blocks 4q..4q+3) is the row's bytes
-// [72q, 72q + 72): the end of load k = q + q / 8 and all of load k + 1,
-// starting 8 * (q % 8) bytes into load k, so eight quads take nine loads.
-// VBMI's two-table byte permute gathers the quad's nibbles into Q4_0S order
-// and the word permute its four scales, each repeated for its four lanes.
-//
-// Why: the pair form (Q4_0RowsForm) is bound by arithmetic, and a quad form
-// that loads each quad's 72 bytes on their own (two overlapping loads, the
-// scales through HalfScales16 a group ahead) went from 14 to 23 GB/s with
-// its rows in L2 but stayed at 14 from DRAM, where Q4_0S rows, read in
-// whole consecutive 64-byte loads that the hardware prefetchers follow, run
-// at 28. This one: 20-21, and 23-25 with the integer offset below (one
-// multiply-add less per row and quad). Zen 4 VM, one thread, `gather_bench
-// --types q4_0,q4_0s --shapes 2048x5632 --kernels dot --clock cpu`, rows in
-// order (README has the alternated figures).
 // Tables for reading rows of blocks (an f16 scale, then values) front to
 // back in 64-byte loads, kBlocks blocks per step: step p is the row's bytes
 // [kStep * p, kStep * p + kStep), the end of load k = p + p / kStarts and
@@ -981,8 +964,8 @@ HWY_INLINE void StepLoads(const uint8_t* HWY_RESTRICT row, size_t k, size_t star
   last = second;
 }
 
-// Calls step(p, start, whole) for the `steps` steps of kBlocks blocks
-// over `nblocks` blocks: whole groups of kStarts steps (32 blocks, both
+// Calls step(p, start, whole) for each step of kBlocks blocks over
+// `nblocks` blocks (the last may be short): whole groups of kStarts steps (32 blocks, both
 // loads of each inside the row) unrolled, so each step's tables and loads
 // are known at compile time (whole: std::true_type), then the rest.
 template <size_t kBlockBytes, size_t kBlocks, class Step>
@@ -998,6 +981,23 @@ HWY_INLINE void ForEachGatherStep(size_t nblocks, const Step& step) {
   for (; p < steps; ++p) step(p, p % kStarts, std::false_type());
 }
 
+// Q4_0 rows (18-byte blocks: f16 scale, 16 nibble bytes) in Q4_0SplitQuads'
+// form, reading each row front to back in 64-byte loads, each byte once, as
+// a Q4_0S row is read. Quad q (blocks 4q..4q+3) is the row's bytes
+// [72q, 72q + 72): the end of load k = q + q / 8 and all of load k + 1,
+// starting 8 * (q % 8) bytes into load k, so eight quads take nine loads.
+// VBMI's two-table byte permute gathers the quad's nibbles into Q4_0S order
+// and the word permute its four scales, each repeated for its four lanes.
+//
+// Why: the pair form (Q4_0RowsForm) is bound by arithmetic, and a quad form
+// that loads each quad's 72 bytes on their own (two overlapping loads, the
+// scales through HalfScales16 a group ahead) went from 14 to 23 GB/s with
+// its rows in L2 but stayed at 14 from DRAM, where Q4_0S rows, read in
+// whole consecutive 64-byte loads that the hardware prefetchers follow, run
+// at 28. This one: 20-21, and 23-25 with the integer offset below (one
+// multiply-add less per row and quad). Zen 4 VM, one thread, `gather_bench
+// --types q4_0,q4_0s --shapes 2048x5632 --kernels dot --clock cpu`, rows in
+// order (README has the alternated figures).
 template <size_t kRows, class Pf>
 HWY_INLINE void Q4_0InterleavedQuads(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
                                      const int8_t* HWY_RESTRICT xq, const float* HWY_RESTRICT sx,
