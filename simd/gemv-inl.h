@@ -1694,6 +1694,19 @@ struct StridedRows {
   Pf<kRows> pf{rows};
 };
 
+// Calls body(rows, pf) on kRows rows `stride` bytes apart, with the rows
+// left to the hardware prefetchers (`hardware`) or prefetched in software.
+template <size_t kRows, class Body>
+HWY_INLINE void WithStridedRows(bool hardware, const uint8_t* w, size_t stride, const Body& body) {
+  if (hardware) {
+    StridedRows<kRows, HardwarePrefetch> s(w, stride);
+    body(s.rows, s.pf);
+  } else {
+    StridedRows<kRows> s(w, stride);
+    body(s.rows, s.pf);
+  }
+}
+
 // The kernels of each type, on kRows rows `stride` bytes apart and one
 // prepared input.
 template <typename WT>
@@ -1702,13 +1715,10 @@ struct FloatKernel {
   template <size_t kRows, class Input>
   static HWY_INLINE void Run(const uint8_t* w, size_t stride, size_t cols, const Input& in,
                              float* y, size_t y_stride) {
-    if (CpuStreamsRowsItself()) {
-      StridedRows<kRows, HardwarePrefetch> s(w, stride);
-      FloatRows<WT, kRows>(s.rows, cols, in.x(), y, y_stride, s.pf);
-    } else {
-      StridedRows<kRows> s(w, stride);
-      FloatRows<WT, kRows>(s.rows, cols, in.x(), y, y_stride, s.pf);
-    }
+    WithStridedRows<kRows>(CpuStreamsRowsItself(), w, stride,
+                           [&](const uint8_t** rows, auto& pf) HWY_ATTR {
+                             FloatRows<WT, kRows>(rows, cols, in.x(), y, y_stride, pf);
+                           });
   }
 };
 struct Q8_0Kernel {
@@ -1739,13 +1749,11 @@ struct Q8_0Kernel {
                              float* y, size_t y_stride) {
     // The int8 form reads whole consecutive 64-byte loads, which the
     // hardware prefetchers follow (as FloatKernel's rows).
-    if (kQ8_0Int8 && CpuStreamsRowsItself()) {
-      StridedRows<kRows, HardwarePrefetch> s(w, stride);
-      Q8_0Rows<kRows>(s.rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, y_stride, s.pf);
-    } else {
-      StridedRows<kRows> s(w, stride);
-      Q8_0Rows<kRows>(s.rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, y_stride, s.pf);
-    }
+    WithStridedRows<kRows>(kQ8_0Int8 && CpuStreamsRowsItself(), w, stride,
+                           [&](const uint8_t** rows, auto& pf) HWY_ATTR {
+                             Q8_0Rows<kRows>(rows, cols / 32, in.quantized(), in.scales(),
+                                             in.sums(), y, y_stride, pf);
+                           });
   }
 };
 template <bool kSplit>
@@ -1756,15 +1764,12 @@ struct Q4_0Kernel {
                              float* y, size_t y_stride) {
     // The quad forms read each row front to back in whole 64-byte loads,
     // which the hardware prefetchers follow (as FloatKernel's rows).
-    if ((kSplit || kQ4_0PlainQuads) && Q4_0ActivationsAreInt8() && CpuStreamsRowsItself()) {
-      StridedRows<kRows, HardwarePrefetch> s(w, stride);
-      Q4_0Rows<kRows, kSplit>(s.rows, cols / 32, in.quantized(), in.scales(), in.sums(), y,
-                              y_stride, s.pf);
-    } else {
-      StridedRows<kRows> s(w, stride);
-      Q4_0Rows<kRows, kSplit>(s.rows, cols / 32, in.quantized(), in.scales(), in.sums(), y,
-                              y_stride, s.pf);
-    }
+    const bool hardware =
+        (kSplit || kQ4_0PlainQuads) && Q4_0ActivationsAreInt8() && CpuStreamsRowsItself();
+    WithStridedRows<kRows>(hardware, w, stride, [&](const uint8_t** rows, auto& pf) HWY_ATTR {
+      Q4_0Rows<kRows, kSplit>(rows, cols / 32, in.quantized(), in.scales(), in.sums(), y, y_stride,
+                              pf);
+    });
   }
 };
 struct Q4_KKernel {
