@@ -16,10 +16,12 @@
 // whole records back to back, as they are read from flash (the staging a
 // record not admitted to the cache is computed in), so each pass skips a
 // third of every record. The
-// selection is either every record in order or a random quarter of them in
-// random order (a token's working set in a cache that is not ordered by
-// need). Each repetition uses another copy of the cache, the copies
-// together being several times the last-level cache, so rows come from DRAM.
+// selection is every record in order, a random quarter of them in random
+// order (a token's working set in a cache that is not ordered by need), or
+// the same quarter in order (as the streamed FFN passes a token's cached
+// rows: src/runtime/streamed_ffn.cc, UnitRows::Slice). Each repetition
+// uses another copy of the cache, the copies together being several times
+// the last-level cache, so rows come from DRAM.
 // One repetition is what src/ops/row_ops.cc does for one call: for DotRows
 // prepare the activations and split the row list over ParallelFor, for
 // AxpyRows split the columns (each thread adds every row to its columns).
@@ -476,14 +478,19 @@ int Main(int argc, char** argv) {
     for (Shape shape : shapes) {
       const Caches caches = MakeCaches(type, shape, parts, rotate_bytes, huge_pages, rng);
       const size_t cols = shape.d_model;
-      // Selections: all records in order; a random quarter in random order.
+      // Selections: all records in order; a random quarter in random
+      // order, and the same quarter in order.
       std::vector<size_t> all(shape.count);
       std::iota(all.begin(), all.end(), size_t{0});
       std::vector<size_t> quarter = all;
       std::shuffle(quarter.begin(), quarter.end(), rng);
       quarter.resize(std::max<size_t>(1, shape.count / 4));
+      std::vector<size_t> sorted_quarter = quarter;
+      std::sort(sorted_quarter.begin(), sorted_quarter.end());
       const std::pair<const char*, const std::vector<size_t>*> selections[] = {
-          {"all, in order", &all}, {"25%, random order", &quarter}};
+          {"all, in order", &all},
+          {"25%, random order", &quarter},
+          {"25%, in order", &sorted_quarter}};
 
       std::normal_distribution<float> normal(0.0f, 1.0f);
       std::vector<float> x(n * cols);
