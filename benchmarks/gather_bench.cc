@@ -55,7 +55,6 @@
 // (though not its share of caches and DRAM bandwidth).
 
 #include <cxxopts.hpp>
-#include <hwy/cache_control.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -81,6 +80,7 @@
 #include "simd/gather.h"
 #include "simd/gemv.h"
 #include "simd/quantize.h"
+#include "simd/row_prefetch.h"
 #include "simd/targets.h"
 #include "simd/vector_ops.h"
 #include "base/threads.h"
@@ -292,16 +292,7 @@ uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, bo
   // (AxpyRows' Prefetcher); DotRows' groups prefetch the next group's rows
   // at the same offset.
   const size_t ahead = dot_order ? row_bytes : std::min<size_t>(2048, row_bytes);
-  // Into L2 where four rows have more than 2 KiB in flight, as the
-  // kernels' Prefetcher does (simd/gather-inl.h: kL1PrefetchBytes).
-  const bool to_l2 = 4 * ahead > 2048;
-  const auto prefetch = [to_l2](const uint8_t* p) {
-    if (to_l2) {
-      __builtin_prefetch(p, 0, 2);
-    } else {
-      hwy::Prefetch(p);
-    }
-  };
+  const bool into_l2 = simd::PrefetchIntoL2(4, ahead);  // as the kernels' Prefetcher
   uint64_t sum = 0;
   for (size_t k = 0; k < count; k += 4) {
     const size_t m = std::min<size_t>(4, count - k);
@@ -309,9 +300,11 @@ uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, bo
     for (size_t o = 0; o < row_bytes; o += 64) {
       const size_t p = o + ahead;  // the offset prefetched, past the row: the next group's
       if (p < row_bytes) {
-        for (size_t r = 0; r < m; ++r) prefetch(rows[k + r] + p);
+        for (size_t r = 0; r < m; ++r) simd::PrefetchLine(rows[k + r] + p, into_l2);
       } else if (p - row_bytes < row_bytes) {
-        for (size_t r = 0; r < next; ++r) prefetch(rows[k + 4 + r] + (p - row_bytes));
+        for (size_t r = 0; r < next; ++r) {
+          simd::PrefetchLine(rows[k + 4 + r] + (p - row_bytes), into_l2);
+        }
       }
       // The line's first 8 bytes, or the row's last ones (rows may be
       // shorter than 8 bytes: an F32 row of one element).

@@ -38,7 +38,6 @@
 #include <cstring>
 #include <utility>
 
-#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include "base/aligned_buffer.h"
@@ -47,6 +46,7 @@
 #include "simd/gemv.h"
 #include "simd/quant_blocks.h"
 #include "simd/quantize-inl.h"
+#include "simd/row_prefetch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace sparrow::simd {
@@ -63,31 +63,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // one row ahead are about equal for 4 KiB rows).
 inline constexpr size_t kPrefetchAhead = 2048;
 
-// Prefetches the line at p into L2, not L1 (GCC and Clang emit prefetcht1
-// on x86 and PRFM PLDL2KEEP on Arm; Highway 1.0.3's Prefetch has no such
-// hint).
-HWY_INLINE void PrefetchToL2(const uint8_t* p) { __builtin_prefetch(p, 0, 2); }
-
-// Where a Prefetcher's rows have more than this many bytes in flight (rows
-// times distance), it prefetches into L2 instead of L1. A prefetch into L1
-// holds one of the core's few L1 miss buffers until its line arrives: with
-// 2 KiB ahead in four rows those buffers, not DRAM, set the pace, while L2
-// has many more. Short rows (a 768-wide Q4_0 row is 432 bytes, and the
-// distance is at most a row) keep their lines in flight within L1's
-// buffers, and there L1 won: a 125M-shaped Q4_0 neuron bundle, whose rows
-// come mostly from L3, decoded 4% slower with every prefetch into L2.
-// Measured on a 2 vCPU Zen 4 VM (AVX3_DL), one thread, three alternated
-// rounds of `gather_bench --types q4_0s,q4_0,q8_0,f16 --shapes 2048x5632
-// --threads 1 --kernels dot,axpy --clock cpu` (GB/s). AxpyRows, rows in
-// order: Q8_0 13.0-13.2 -> 19.3-20.1, Q4_0S 10.7-11.1 -> 13.2-15.0, F16
-// 13.9-14.7 -> 21.5-24.1, plain Q4_0 (bound by its arithmetic) 10.6-11.1
-// -> 10.0-11.4. A random quarter of the rows: AxpyRows Q8_0 10.6-10.8 ->
-// 12.8-13.7, DotRows Q8_0 11.6-11.9 -> 13.1-14.3, Q4_0 9.9-10.2 ->
-// 11.3-11.5, F16 13.6-14.6 -> 15.5-17.5. DotRows over rows in order, which
-// it leaves to the hardware prefetchers here, is unchanged. Engine
-// figures: README.
-inline constexpr size_t kL1PrefetchBytes = 2048;
-
 // The rows that follow the current group: prefetching runs on into them.
 struct NextRows {
   const uint8_t* const* rows = nullptr;
@@ -96,7 +71,9 @@ struct NextRows {
 
 // Prefetches, once per 64-byte step, each of the kRows rows a fixed
 // distance ahead of the position the kernel reports; positions past a row's
-// end map to the start of the next group's rows.
+// end map to the start of the next group's rows. Into L1, or into L2 where
+// the rows have more bytes in flight than L1's miss buffers hold
+// (row_prefetch.h).
 enum class PrefetchFrom {
   kStart,    // nothing of these rows was prefetched yet
   kCovered,  // the previous group prefetched their first `ahead` bytes
@@ -116,7 +93,7 @@ class Prefetcher {
         begin_(begin),
         end_(end),
         ahead_(std::min(kPrefetchAhead, end - begin)),
-        to_l2_(kRows * ahead_ > kL1PrefetchBytes),
+        into_l2_(PrefetchIntoL2(kRows, ahead_)),
         done_(from == PrefetchFrom::kStart     ? begin
               : from == PrefetchFrom::kCovered ? begin + ahead_
                                                : ~size_t{0} / 2) {}
@@ -125,10 +102,10 @@ class Prefetcher {
   HWY_INLINE void Upto(size_t pos) {
     for (const size_t limit = pos + ahead_; done_ < limit; done_ += 64) {
       if (done_ < end_) {
-        for (size_t r = 0; r < kRows; ++r) Fetch(rows_[r] + done_);
+        for (size_t r = 0; r < kRows; ++r) PrefetchLine(rows_[r] + done_, into_l2_);
       } else if (done_ - end_ < end_ - begin_) {
         const size_t at = begin_ + (done_ - end_);
-        for (size_t r = 0; r < next_.count; ++r) Fetch(next_.rows[r] + at);
+        for (size_t r = 0; r < next_.count; ++r) PrefetchLine(next_.rows[r] + at, into_l2_);
       }
     }
   }
@@ -136,7 +113,9 @@ class Prefetcher {
   // Prefetches bytes [offset, offset + bytes) of the next group's rows.
   HWY_INLINE void NextRegion(size_t offset, size_t bytes) const {
     for (size_t b = 0; b < bytes; b += 64) {
-      for (size_t r = 0; r < next_.count; ++r) Fetch(next_.rows[r] + offset + b);
+      for (size_t r = 0; r < next_.count; ++r) {
+        PrefetchLine(next_.rows[r] + offset + b, into_l2_);
+      }
     }
   }
 
@@ -146,16 +125,8 @@ class Prefetcher {
   size_t begin_;
   size_t end_;
   size_t ahead_;
-  bool to_l2_;  // kL1PrefetchBytes
+  bool into_l2_;  // row_prefetch.h
   size_t done_;
-
-  HWY_INLINE void Fetch(const uint8_t* p) const {
-    if (to_l2_) {
-      PrefetchToL2(p);
-    } else {
-      hwy::Prefetch(p);
-    }
-  }
 };
 
 // ------------------------------------------------------------ dots

@@ -1,0 +1,49 @@
+// Software prefetches of rows, shared by the gather kernels' Prefetcher
+// (gather-inl.h) and gather_bench's read patterns, which measure the
+// ceiling of those kernels' accesses and so must prefetch as they do.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <hwy/base.h>
+#include <hwy/cache_control.h>
+
+namespace sparrow::simd {
+
+// Where rows have more than this many bytes in flight (rows times the
+// prefetch distance), they are prefetched into L2 instead of L1. A prefetch
+// into L1 holds one of the core's few L1 miss buffers until its line
+// arrives: with 2 KiB ahead in four rows those buffers, not DRAM, set the
+// pace, while L2 has many more. Short rows (a 768-wide Q4_0 row is 432
+// bytes, and the distance is at most a row) keep their lines in flight
+// within L1's buffers, and there L1 won: a 125M-shaped Q4_0 neuron bundle,
+// whose rows come mostly from L3, decoded 4% slower with every prefetch
+// into L2. Measured on a 2 vCPU Zen 4 VM (AVX3_DL), one thread, three
+// alternated rounds of `gather_bench --types q4_0s,q4_0,q8_0,f16 --shapes
+// 2048x5632 --threads 1 --kernels dot,axpy --clock cpu` (GB/s). AxpyRows,
+// rows in order: Q8_0 13.0-13.2 -> 19.3-20.1, Q4_0S 10.7-11.1 -> 13.2-15.0,
+// F16 13.9-14.7 -> 21.5-24.1, plain Q4_0 (bound by its arithmetic)
+// 10.6-11.1 -> 10.0-11.4. A random quarter of the rows: AxpyRows Q8_0
+// 10.6-10.8 -> 12.8-13.7, DotRows Q8_0 11.6-11.9 -> 13.1-14.3, Q4_0
+// 9.9-10.2 -> 11.3-11.5, F16 13.6-14.6 -> 15.5-17.5. DotRows over rows in
+// order, which it leaves to the hardware prefetchers here, is unchanged.
+// Engine figures: README.
+inline constexpr size_t kL1PrefetchBytes = 2048;
+
+inline bool PrefetchIntoL2(size_t rows, size_t ahead) { return rows * ahead > kL1PrefetchBytes; }
+
+// Prefetches the line at p into L2 (GCC and Clang emit prefetcht1 on x86
+// and PRFM PLDL2KEEP on Arm; Highway 1.0.3's Prefetch has no such hint) or
+// into L1. Always inlined: as a plain inline function, GCC 12 dropped
+// every call to it from the kernels (objdump found no prefetch left in
+// them, and AxpyRows Q8_0 fell from 19 to 6.5 GB/s).
+HWY_INLINE void PrefetchLine(const uint8_t* p, bool into_l2) {
+  if (into_l2) {
+    __builtin_prefetch(p, 0, 2);
+  } else {
+    hwy::Prefetch(p);
+  }
+}
+
+}  // namespace sparrow::simd
