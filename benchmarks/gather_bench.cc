@@ -291,7 +291,7 @@ uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, bo
   // Each row `ahead` bytes ahead, running on into the next group's rows
   // (AxpyRows' Prefetcher); DotRows' groups prefetch the next group's rows
   // at the same offset.
-  const size_t ahead = dot_order ? row_bytes : std::min<size_t>(2048, row_bytes);
+  const size_t ahead = dot_order ? row_bytes : std::min(simd::kPrefetchAhead, row_bytes);
   const bool into_l2 = simd::PrefetchIntoL2(4, ahead);  // as the kernels' Prefetcher
   uint64_t sum = 0;
   for (size_t k = 0; k < count; k += 4) {

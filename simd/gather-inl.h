@@ -56,12 +56,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // ------------------------------------------------------------ prefetch
 
-// How far ahead of its current position a kernel prefetches in each row
-// (at most one row: the whole next group when rows are shorter). Enough to
-// cover DRAM latency at full bandwidth with four rows in flight; measured
-// with gather_bench (1024 loses up to a fifth of the bandwidth; 2048 and
-// one row ahead are about equal for 4 KiB rows).
-inline constexpr size_t kPrefetchAhead = 2048;
+// The distance (kPrefetchAhead) and where lines go: row_prefetch.h.
 
 // The rows that follow the current group: prefetching runs on into them.
 struct NextRows {
