@@ -77,6 +77,7 @@
 #include "benchmarks/bench_util.h"
 #include "benchmarks/stream_probe.h"
 #include "base/tensor_type.h"
+#include "simd/axpy_int.h"
 #include "simd/gather.h"
 #include "simd/gemv.h"
 #include "simd/quantize.h"
@@ -270,6 +271,44 @@ void Axpys(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols
   });
 }
 
+// The integer form of one AxpyRows call (simd/axpy_int.h), token by
+// token: the threads split the columns as Axpys does (in whole 128-column
+// chunks, the form's unit); each zeroes its window's sums, adds every row
+// and finishes its columns of y. `step` is the one an engine would pick
+// (AxpyIntStep).
+void AxpyInts(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols, const float* a,
+              size_t n, float step, std::vector<int32_t>& sums, float* y, CallTimer& timer) {
+  const size_t count = rows.size();
+  constexpr size_t kUnit = 128;
+  ParallelFor((cols + kUnit - 1) / kUnit, 512 / kUnit, [&](size_t begin, size_t end, int) {
+    timer.Body([&] {
+      const size_t c0 = begin * kUnit, width = std::min(cols, end * kUnit) - c0;
+      int32_t* window = sums.data() + simd::AxpyIntSumsInts(c0);  // the ints are per column
+      for (size_t t = 0; t < n; ++t) {
+        std::fill(window, window + simd::AxpyIntSumsInts(width), 0);
+        simd::AxpyIntAdd(type, rows.data(), count, cols, c0, width, a + t * count, 1.0f / step,
+                         window);
+        simd::AxpyIntFinish(width, window, step, y + t * cols + c0);
+      }
+    });
+  });
+}
+
+// The largest |a * d| over the rows' blocks and the tokens' coefficients,
+// in kAxpyIntMaxMultiple steps: the step that keeps every term's 15 bits.
+float AxpyIntStep(const std::vector<const uint8_t*>& rows, size_t cols, const float* a, size_t n) {
+  float largest_scale = 0.0f, largest_a = 0.0f;
+  for (const uint8_t* row : rows) {
+    for (size_t b = 0; b < cols / 32; ++b) {
+      uint16_t h;
+      std::memcpy(&h, row + 2 * b, 2);  // Q4_0S: the scales lead the row
+      largest_scale = std::max(largest_scale, std::fabs(simd::F16ToF32(h)));
+    }
+  }
+  for (size_t i = 0; i < n * rows.size(); ++i) largest_a = std::max(largest_a, std::fabs(a[i]));
+  return largest_a * largest_scale / simd::kAxpyIntMaxMultiple;
+}
+
 // The ceiling of the access pattern: the rows DotRows reads, in its groups
 // of four (in its order) and with its prefetching (each row's bytes one group ahead, as
 // simd::Prefetcher does), but one 8-byte load per 64-byte line and no
@@ -350,7 +389,8 @@ int Main(int argc, char** argv) {
        cxxopts::value<std::string>()->default_value("2048x5632,4096x11008"))
       ("threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))
       ("tokens", "Tokens per call (batch)", cxxopts::value<size_t>()->default_value("1"))
-      ("kernels", "dot,axpy,read,read-axpy (read: the rows DotRows loads, without arithmetic, "
+      ("kernels", "dot,axpy,axpy-int,read,read-axpy (axpy-int: AxpyRows' sums in integers, "
+       "simd/axpy_int.h, Q4_0S only; read: the rows DotRows loads, without arithmetic, "
        "the pattern's ceiling; read-axpy: the same in AxpyRows' order)",
        cxxopts::value<std::string>()->default_value("dot,axpy,read"))
       ("reps", "Timed repetitions per case (median reported)",
@@ -395,7 +435,7 @@ int Main(int argc, char** argv) {
   // The kernels, by --kernels name: what the table calls them and whether
   // they read a record's down part (as the down projection does) rather
   // than its gate part.
-  enum class Kernel { kDot, kAxpy, kRead, kReadAxpy };
+  enum class Kernel { kDot, kAxpy, kAxpyInt, kRead, kReadAxpy };
   struct KernelInfo {
     Kernel kernel;
     const char* name;
@@ -405,6 +445,7 @@ int Main(int argc, char** argv) {
   static constexpr KernelInfo kKernels[] = {
       {Kernel::kDot, "dot", "DotRows", false},
       {Kernel::kAxpy, "axpy", "AxpyRows", true},
+      {Kernel::kAxpyInt, "axpy-int", "AxpyRows in integers", true},
       {Kernel::kRead, "read", "read (loads only)", false},
       {Kernel::kReadAxpy, "read-axpy", "read (AxpyRows' order)", true},
   };
@@ -413,7 +454,7 @@ int Main(int argc, char** argv) {
     const auto* it = std::find_if(std::begin(kKernels), std::end(kKernels),
                                   [&](const KernelInfo& info) { return k == info.name; });
     if (it == std::end(kKernels))
-      ThrowInputError("unknown kernel '", k, "' (want dot, axpy, read, read-axpy)");
+      ThrowInputError("unknown kernel '", k, "' (want dot, axpy, axpy-int, read, read-axpy)");
     run_kernel[it - std::begin(kKernels)] = true;
   }
   const size_t n = std::max<size_t>(1, opts["tokens"].as<size_t>());
@@ -494,6 +535,7 @@ int Main(int argc, char** argv) {
         if (v == 0.0f) v = 0.5f;  // every row is used
       }
       std::vector<float> out(2 * n * shape.count), y(n * cols);  // two rows per record at most
+      std::vector<int32_t> sums(simd::AxpyIntSumsInts(cols));
       std::vector<simd::GemvInput> inputs(n);
 
       for (int threads : thread_counts) {
@@ -501,6 +543,7 @@ int Main(int argc, char** argv) {
         for (size_t ki = 0; ki < std::size(kKernels); ++ki) {
           if (!run_kernel[ki]) continue;
           const KernelInfo& kernel = kKernels[ki];
+          if (kernel.kernel == Kernel::kAxpyInt && !simd::AxpyIntSupports(type)) continue;
           const size_t part = kernel.reads_down && parts == 3 ? 2 : 0;  // down or gate
           // Gate and up, or the down part alone.
           const size_t rows_per_record = parts == 3 && !kernel.reads_down ? 2 : 1;
@@ -522,6 +565,9 @@ int Main(int argc, char** argv) {
               return rows;
             };
             const size_t count = picked->size() * rows_per_record;
+            const float step = kernel.kernel == Kernel::kAxpyInt
+                                   ? AxpyIntStep(rows_of(0), cols, coeff.data(), n)
+                                   : 0.0f;
             CallTimer timer;
             auto run = [&](const std::vector<const uint8_t*>& rows) {
               timer.Start();
@@ -532,6 +578,9 @@ int Main(int argc, char** argv) {
                   break;
                 case Kernel::kAxpy:
                   Axpys(type, rows, cols, coeff.data(), n, y.data(), timer);
+                  break;
+                case Kernel::kAxpyInt:
+                  AxpyInts(type, rows, cols, coeff.data(), n, step, sums, y.data(), timer);
                   break;
                 case Kernel::kRead:
                 case Kernel::kReadAxpy:

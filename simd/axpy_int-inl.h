@@ -1,0 +1,434 @@
+// Per-target code of the integer AxpyRows (axpy_int.h).
+//
+// Two forms of the same sums:
+//  - natural (every target): for each row and block, the multiple m splits
+//    into signed bytes m = 256 * hi + lo, and hi * (q - 8) and lo * (q - 8)
+//    are added to two int32 arrays indexed by column;
+//  - quads (x86 with AVX-512 VNNI): four rows at a time, their bytes
+//    interleaved so that each 32-bit lane holds one column's byte of each
+//    row, and vpdpbusd adds the four products of a lane's bytes with the
+//    four rows' hi (or lo) bytes in one instruction. A byte holds two
+//    nibbles of different columns, so one product takes the byte with its
+//    high nibble masked off (the low column) and one the whole byte: the
+//    high column's sum is (whole - low) / 16. The -8 of each nibble is
+//    taken off at the end, from the sum of the rows' m for each block.
+// Both are exact, so AxpyIntFinish gives the same bits from either.
+//
+// Measured on a 2 vCPU Zen 4 VM (AVX3_DL), one thread, Q4_0S rows of 2048
+// columns: see gather_bench (--kernels axpy-int) and README.
+
+#if defined(SPARROW_SIMD_AXPY_INT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SPARROW_SIMD_AXPY_INT_INL_H_
+#undef SPARROW_SIMD_AXPY_INT_INL_H_
+#else
+#define SPARROW_SIMD_AXPY_INT_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include <hwy/highway.h>
+
+#include "simd/axpy_int.h"
+#include "simd/gemv-inl.h"      // LoadHalves, kMaxFloatLanes
+#include "simd/int8_dot-inl.h"  // SPARROW_INT8_VNNI
+#include "simd/quant_blocks.h"
+#include "simd/row_prefetch.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sparrow::simd {
+namespace HWY_NAMESPACE {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Blocks whose multiples one pass computes at a time (a stack buffer).
+inline constexpr size_t kAxpyIntSpanBlocks = 64;
+
+// m[0..count) for one row's blocks whose f16 scales start at `scales`:
+// the multiple of the step nearest to d * s (s = a * inv_step), clamped to
+// +-kAxpyIntMaxMultiple, NaN as 0. Rounds by adding and subtracting
+// 1.5 * 2^23, which is round-to-nearest-even on every target for values
+// this small (Highway's NearestInt rounds differently on some targets).
+HWY_INLINE void RowMultiples(const uint8_t* HWY_RESTRICT scales, size_t count, float s,
+                             int32_t* HWY_RESTRICT m) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const size_t N = hn::Lanes(df);
+  const auto vs = hn::Set(df, s);
+  const auto limit = hn::Set(df, static_cast<float>(kAxpyIntMaxMultiple));
+  const auto magic = hn::Set(df, 12582912.0f);
+  for (size_t b = 0; b < count; b += N) {
+    const size_t n = std::min(N, count - b);
+    auto p = hn::Mul(LoadHalves(df, scales + 2 * b, n), vs);
+    p = hn::IfThenElseZero(hn::Eq(p, p), p);
+    p = hn::Min(hn::Max(p, hn::Neg(limit)), limit);
+    const auto mi = hn::ConvertTo(di, hn::Sub(hn::Add(p, magic), magic));
+    if (n == N) {
+      hn::StoreU(mi, di, m + b);
+    } else {
+      HWY_ALIGN int32_t tail[kMaxFloatLanes];
+      hn::Store(mi, di, tail);
+      std::memcpy(m + b, tail, n * sizeof(int32_t));
+    }
+  }
+}
+
+// The signed bytes of m = 256 * hi + lo (lo in [-128, 127]).
+HWY_INLINE int32_t MultipleHi(int32_t m) { return (m + 128) >> 8; }
+
+// Natural form over blocks [b0, b0 + nblocks) of Q4_0S rows with `row_blocks`
+// blocks: hi[32 * j + i] and lo[...] gain the terms of block b0 + j's
+// column i.
+HWY_INLINE void AddNatural(const uint8_t* const* rows, size_t count, size_t row_blocks, size_t b0,
+                           size_t nblocks, const float* a, float inv_step, int32_t* HWY_RESTRICT hi,
+                           int32_t* HWY_RESTRICT lo) {
+  const hn::CappedTag<int32_t, 16> di;
+  const hn::Rebind<uint8_t, decltype(di)> du8;
+  const size_t N = hn::Lanes(di);
+  const auto mask = hn::Set(di, 15);
+  const auto eight = hn::Set(di, 8);
+  const Q4_0Layout layout = Q4_0Layout::Split(row_blocks);
+  int32_t m[kAxpyIntSpanBlocks];
+  for (size_t k = 0; k < count; ++k) {
+    if (a[k] == 0.0f) continue;
+    const float s = a[k] * inv_step;
+    for (size_t s0 = 0; s0 < nblocks; s0 += kAxpyIntSpanBlocks) {
+      const size_t span = std::min(kAxpyIntSpanBlocks, nblocks - s0);
+      RowMultiples(layout.Scale(rows[k], b0 + s0), span, s, m);
+      for (size_t j = 0; j < span; ++j) {
+        if (m[j] == 0) continue;
+        const int32_t h = MultipleHi(m[j]);
+        const auto vh = hn::Set(di, h);
+        const auto vl = hn::Set(di, m[j] - 256 * h);
+        const uint8_t* nibbles = layout.Nibbles(rows[k], b0 + s0 + j);
+        int32_t* oh = hi + 32 * (s0 + j);
+        int32_t* ol = lo + 32 * (s0 + j);
+        for (size_t i = 0; i < 16; i += N) {
+          const auto bytes = hn::PromoteTo(di, hn::LoadU(du8, nibbles + i));
+          const auto low = hn::Sub(hn::And(bytes, mask), eight);
+          const auto high = hn::Sub(hn::ShiftRight<4>(bytes), eight);
+          hn::StoreU(hn::Add(hn::LoadU(di, oh + i), hn::Mul(vh, low)), di, oh + i);
+          hn::StoreU(hn::Add(hn::LoadU(di, ol + i), hn::Mul(vl, low)), di, ol + i);
+          hn::StoreU(hn::Add(hn::LoadU(di, oh + 16 + i), hn::Mul(vh, high)), di, oh + 16 + i);
+          hn::StoreU(hn::Add(hn::LoadU(di, ol + 16 + i), hn::Mul(vl, high)), di, ol + 16 + i);
+        }
+      }
+    }
+  }
+}
+
+// y[e] += step * (256 * hi[e] + lo[e]) for e < n.
+HWY_INLINE void FinishNatural(size_t n, const int32_t* hi, const int32_t* lo, float step,
+                              float* y) {
+  for (size_t e = 0; e < n; ++e) {
+    const int64_t total = int64_t{256} * hi[e] + lo[e];
+    y[e] += static_cast<float>(static_cast<double>(step) * static_cast<double>(total));
+  }
+}
+
+#ifdef SPARROW_INT8_VNNI
+
+// Chunks of four blocks (128 columns): the quad form's unit. Within a
+// chunk's 128 int32 of each array, vector v = 2 * i + w (i < 4, w = 0 low
+// columns, 1 whole bytes) holds in lane 4 * kb + t the sum for byte
+// 4 * i + t of the chunk's block kb.
+inline constexpr size_t kQuadChunkBlocks = 4;
+inline constexpr size_t kQuadChunkCols = 128;
+// Quads of rows per pass over a span: sixteen rows side by side.
+inline constexpr size_t kQuadsPerPass = 4;
+
+// One pass's rows: up to kQuadsPerPass quads, the last padded with rows of
+// coefficient zero (which read the first row's bytes and add nothing).
+struct QuadRows {
+  const uint8_t* rows[4 * kQuadsPerPass];
+  float s[4 * kQuadsPerPass];  // a * inv_step
+  size_t quads = 0;
+};
+
+// Fills `out` from the nonzero-coefficient rows at and after `*k`.
+HWY_INLINE void NextQuadRows(const uint8_t* const* rows, size_t count, const float* a,
+                             float inv_step, size_t* k, QuadRows* out) {
+  size_t n = 0;
+  for (; *k < count && n < 4 * kQuadsPerPass; ++*k) {
+    if (a[*k] == 0.0f) continue;
+    out->rows[n] = rows[*k];
+    out->s[n] = a[*k] * inv_step;
+    ++n;
+  }
+  out->quads = (n + 3) / 4;
+  for (; n < 4 * out->quads; ++n) {
+    out->rows[n] = out->rows[0];
+    out->s[n] = 0.0f;
+  }
+}
+
+// Multiples of 16 (or the first n < 16) blocks' scales of one row, as
+// RowMultiples computes them (NaN as 0, clamped, then rounded to nearest
+// even by the conversion, in the default rounding mode): one operation
+// each.
+HWY_INLINE __m512i RowMultiples16(const uint8_t* scales, size_t n, float s) {
+  const __mmask16 valid = static_cast<__mmask16>((1u << n) - 1);
+  const __m512 d = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(valid, scales));
+  const __m512 limit = _mm512_set1_ps(static_cast<float>(kAxpyIntMaxMultiple));
+  __m512 p = _mm512_mul_ps(d, _mm512_set1_ps(s));
+  p = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, p, _CMP_ORD_Q), p);
+  return _mm512_cvtps_epi32(
+      _mm512_min_ps(_mm512_max_ps(p, _mm512_sub_ps(_mm512_setzero_ps(), limit)), limit));
+}
+
+// Byte 4 * b + r (b < 16, r < 4) picks row r's int16 multiple for block b
+// out of _mm512_packs_epi32(m0, m1) (rows 0 and 1, indices below 64) and
+// _mm512_packs_epi32(m2, m3): in each 128-bit lane, the first row's four
+// blocks then the second's. Its low byte; +1 for the high byte.
+struct QuadByteIndex {
+  alignas(64) uint8_t at[64];
+  constexpr QuadByteIndex() : at() {
+    for (size_t b = 0; b < 16; ++b) {
+      for (size_t r = 0; r < 4; ++r) {
+        at[4 * b + r] =
+            static_cast<uint8_t>((r >= 2 ? 64 : 0) + 16 * (b / 4) + 2 * (b % 4) + 8 * (r % 2));
+      }
+    }
+  }
+};
+
+// The hi and lo bytes (m = 256 * hi + lo) of one quad's multiples for
+// blocks [0, nblocks) of a span, each block's four rows in one 32-bit word,
+// row r in byte r; msum[j] gains the rows' m. lo is m's low byte, hi the
+// high byte of m + 128.
+HWY_INLINE void QuadCoefficients(const uint8_t* const* rows, const float* s, size_t scale_at,
+                                 size_t nblocks, uint32_t* HWY_RESTRICT hi,
+                                 uint32_t* HWY_RESTRICT lo, int32_t* HWY_RESTRICT msum) {
+  static constexpr QuadByteIndex kIndex;
+  const __m512i low_index = _mm512_load_si512(kIndex.at);
+  const __m512i high_index = _mm512_add_epi8(low_index, _mm512_set1_epi8(1));
+  const __m512i bias = _mm512_set1_epi16(128);
+  for (size_t b = 0; b < nblocks; b += 16) {
+    const size_t n = std::min<size_t>(16, nblocks - b);
+    const __m512i m0 = RowMultiples16(rows[0] + scale_at + 2 * b, n, s[0]);
+    const __m512i m1 = RowMultiples16(rows[1] + scale_at + 2 * b, n, s[1]);
+    const __m512i m2 = RowMultiples16(rows[2] + scale_at + 2 * b, n, s[2]);
+    const __m512i m3 = RowMultiples16(rows[3] + scale_at + 2 * b, n, s[3]);
+    const __mmask16 valid = static_cast<__mmask16>((1u << n) - 1);
+    const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(m0, m1), _mm512_add_epi32(m2, m3));
+    _mm512_mask_storeu_epi32(msum + b, valid,
+                             _mm512_add_epi32(_mm512_maskz_loadu_epi32(valid, msum + b), sum));
+    const __m512i m01 = _mm512_packs_epi32(m0, m1), m23 = _mm512_packs_epi32(m2, m3);
+    _mm512_mask_storeu_epi32(lo + b, valid, _mm512_permutex2var_epi8(m01, low_index, m23));
+    _mm512_mask_storeu_epi32(hi + b, valid,
+                             _mm512_permutex2var_epi8(_mm512_add_epi16(m01, bias), high_index,
+                                                      _mm512_add_epi16(m23, bias)));
+  }
+}
+
+// Each 128-bit lane kb of the result holds block 4 * c + kb's word of `w`.
+HWY_INLINE __m512i ChunkWords(const uint32_t* w, size_t c) {
+  const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  return _mm512_permutexvar_epi32(
+      spread, _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 4 * c))));
+}
+
+// acc + the four u8 x i8 products of each 32-bit lane (vpdpbusd). Takes
+// and returns the sums by value: bound to an array element by reference,
+// GCC kept the whole array on the stack.
+HWY_INLINE __m512i DotBytes(__m512i acc, __m512i u8, __m512i s8) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
+  return acc;
+}
+
+// One chunk of one pass: the pass's kQuads quads of rows added to the
+// chunk's 16 vectors of sums (h and l: 128 int32 each), which stay in
+// registers for the whole pass (a fixed count, so the loops unroll).
+template <size_t kQuads>
+HWY_INLINE void QuadsChunk(const QuadRows& pass, const uint32_t (*chi)[kAxpyIntSpanBlocks],
+                           const uint32_t (*clo)[kAxpyIntSpanBlocks], size_t at, size_t c,
+                           int32_t* HWY_RESTRICT h, int32_t* HWY_RESTRICT l) {
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
+  __m512i ah[8], al[8];
+  HWY_UNROLL(8)
+  for (size_t v = 0; v < 8; ++v) {
+    ah[v] = _mm512_loadu_si512(h + 16 * v);
+    al[v] = _mm512_loadu_si512(l + 16 * v);
+  }
+  HWY_UNROLL(1)  // unrolled, the quads' loads ran out of registers
+  for (size_t q = 0; q < kQuads; ++q) {
+    const uint8_t* const* r4 = pass.rows + 4 * q;
+    const __m512i r0 = _mm512_loadu_si512(r4[0] + at);
+    const __m512i r1 = _mm512_loadu_si512(r4[1] + at);
+    const __m512i r2 = _mm512_loadu_si512(r4[2] + at);
+    const __m512i r3 = _mm512_loadu_si512(r4[3] + at);
+    const __m512i p01l = _mm512_unpacklo_epi8(r0, r1), p01h = _mm512_unpackhi_epi8(r0, r1);
+    const __m512i p23l = _mm512_unpacklo_epi8(r2, r3), p23h = _mm512_unpackhi_epi8(r2, r3);
+    // Byte i of each row's block, for i in [0, 4), [4, 8), [8, 12), [12, 16).
+    const __m512i words[4] = {_mm512_unpacklo_epi16(p01l, p23l), _mm512_unpackhi_epi16(p01l, p23l),
+                              _mm512_unpacklo_epi16(p01h, p23h), _mm512_unpackhi_epi16(p01h, p23h)};
+    const __m512i wh = ChunkWords(chi[q], c), wl = ChunkWords(clo[q], c);
+    HWY_UNROLL(4)
+    for (size_t i = 0; i < 4; ++i) {
+      const __m512i low = _mm512_and_si512(words[i], low_nibbles);
+      ah[2 * i] = DotBytes(ah[2 * i], low, wh);
+      al[2 * i] = DotBytes(al[2 * i], low, wl);
+      ah[2 * i + 1] = DotBytes(ah[2 * i + 1], words[i], wh);
+      al[2 * i + 1] = DotBytes(al[2 * i + 1], words[i], wl);
+    }
+  }
+  HWY_UNROLL(8)
+  for (size_t v = 0; v < 8; ++v) {
+    _mm512_storeu_si512(h + 16 * v, ah[v]);
+    _mm512_storeu_si512(l + 16 * v, al[v]);
+  }
+}
+
+// Quad form over whole chunks [0, nchunks) of the window starting at block
+// b0 of rows with row_blocks blocks: hi/lo hold 128 int32 per chunk, msum
+// one per block.
+HWY_INLINE void AddQuads(const uint8_t* const* rows, size_t count, size_t row_blocks, size_t b0,
+                         size_t nchunks, const float* a, float inv_step, int32_t* HWY_RESTRICT hi,
+                         int32_t* HWY_RESTRICT lo, int32_t* HWY_RESTRICT msum) {
+  const Q4_0Layout layout = Q4_0Layout::Split(row_blocks);
+  constexpr size_t kSpanChunks = kAxpyIntSpanBlocks / kQuadChunkBlocks;
+  alignas(64) uint32_t chi[kQuadsPerPass][kAxpyIntSpanBlocks];
+  alignas(64) uint32_t clo[kQuadsPerPass][kAxpyIntSpanBlocks];
+  for (size_t c0 = 0; c0 < nchunks; c0 += kSpanChunks) {
+    const size_t span_chunks = std::min(kSpanChunks, nchunks - c0);
+    const size_t sb = b0 + c0 * kQuadChunkBlocks;  // the span's first block in the row
+    const size_t scale_at = 2 * sb;
+    const size_t nibbles_at = layout.nibbles_at + 16 * sb;
+    size_t k = 0;
+    QuadRows pass, next;
+    NextQuadRows(rows, count, a, inv_step, &k, &next);
+    while (next.quads > 0) {
+      pass = next;
+      NextQuadRows(rows, count, a, inv_step, &k, &next);
+      for (size_t q = 0; q < pass.quads; ++q) {
+        QuadCoefficients(pass.rows + 4 * q, pass.s + 4 * q, scale_at,
+                         span_chunks * kQuadChunkBlocks, chi[q], clo[q],
+                         msum + c0 * kQuadChunkBlocks);
+      }
+      // The next pass's span is prefetched into L2 a chunk at a time
+      // (its scales, 8 bytes a chunk, with the first ones).
+      const size_t ahead = 4 * next.quads;
+      for (size_t c = 0; c < span_chunks; ++c) {
+        for (size_t r = 0; r < ahead; ++r) {
+          PrefetchLine(next.rows[r] + nibbles_at + 64 * c, /*into_l2=*/true);
+          if (64 * c < 8 * span_chunks + 64) {
+            PrefetchLine(next.rows[r] + scale_at + 64 * c, /*into_l2=*/true);
+          }
+        }
+        const size_t at = nibbles_at + 64 * c;
+        int32_t* h = hi + kQuadChunkCols * (c0 + c);
+        int32_t* l = lo + kQuadChunkCols * (c0 + c);
+        switch (pass.quads) {
+          case 1:
+            QuadsChunk<1>(pass, chi, clo, at, c, h, l);
+            break;
+          case 2:
+            QuadsChunk<2>(pass, chi, clo, at, c, h, l);
+            break;
+          case 3:
+            QuadsChunk<3>(pass, chi, clo, at, c, h, l);
+            break;
+          default:
+            QuadsChunk<4>(pass, chi, clo, at, c, h, l);
+            break;
+        }
+      }
+    }
+  }
+}
+
+// y for whole chunks [0, nchunks) from the quad form's sums.
+HWY_INLINE void FinishQuads(size_t nchunks, const int32_t* hi, const int32_t* lo,
+                            const int32_t* msum, float step, float* y) {
+  const double dstep = step;
+  for (size_t c = 0; c < nchunks; ++c) {
+    for (size_t i = 0; i < 4; ++i) {
+      for (size_t kb = 0; kb < 4; ++kb) {
+        const size_t block = kQuadChunkBlocks * c + kb;
+        const int64_t offset = int64_t{8} * msum[block];
+        for (size_t t = 0; t < 4; ++t) {
+          const size_t low = kQuadChunkCols * c + 32 * i + 4 * kb + t;
+          const int64_t low_sum = int64_t{256} * hi[low] + lo[low];
+          const int64_t whole = int64_t{256} * hi[low + 16] + lo[low + 16];
+          float* yb = y + 32 * block + 4 * i + t;
+          yb[0] += static_cast<float>(dstep * static_cast<double>(low_sum - offset));
+          yb[16] +=
+              static_cast<float>(dstep * static_cast<double>((whole - low_sum) / 16 - offset));
+        }
+      }
+    }
+  }
+}
+
+#endif  // SPARROW_INT8_VNNI
+
+// Where a window's sums keep what: hi and lo `width` int32 each, then one
+// per block (the quad form's sums of m). The quad form takes the window's
+// whole chunks and the natural form the blocks after them.
+struct SumsLayout {
+  size_t quad_chunks;  // 0 where the target has no quad form
+  size_t width;
+  template <class T>  // int32_t or const int32_t
+  T* hi(T* sums) const {
+    return sums;
+  }
+  template <class T>
+  T* lo(T* sums) const {
+    return sums + width;
+  }
+  template <class T>
+  T* msum(T* sums) const {
+    return sums + 2 * width;
+  }
+  size_t natural_at() const { return 128 * quad_chunks; }
+};
+
+HWY_INLINE SumsLayout LayoutFor(size_t width) {
+#ifdef SPARROW_INT8_VNNI
+  return {width / kQuadChunkCols, width};
+#else
+  return {0, width};
+#endif
+}
+
+HWY_INLINE void AxpyIntAddImpl(const uint8_t* const* rows, size_t count, size_t cols, size_t first,
+                               size_t width, const float* a, float inv_step, int32_t* sums) {
+  const SumsLayout s = LayoutFor(width);
+  const size_t row_blocks = cols / 32, b0 = first / 32;
+#ifdef SPARROW_INT8_VNNI
+  if (s.quad_chunks > 0) {
+    AddQuads(rows, count, row_blocks, b0, s.quad_chunks, a, inv_step, s.hi(sums), s.lo(sums),
+             s.msum(sums));
+  }
+#endif
+  const size_t done = s.natural_at();
+  if (done < width) {
+    AddNatural(rows, count, row_blocks, b0 + done / 32, (width - done) / 32, a, inv_step,
+               s.hi(sums) + done, s.lo(sums) + done);
+  }
+}
+
+HWY_INLINE void AxpyIntFinishImpl(size_t width, const int32_t* sums, float step, float* y) {
+  const SumsLayout s = LayoutFor(width);
+#ifdef SPARROW_INT8_VNNI
+  FinishQuads(s.quad_chunks, s.hi(sums), s.lo(sums), s.msum(sums), step, y);
+#endif
+  const size_t done = s.natural_at();
+  FinishNatural(width - done, s.hi(sums) + done, s.lo(sums) + done, step, y + done);
+}
+
+HWY_INLINE bool AxpyIntFastImpl() {
+#ifdef SPARROW_INT8_VNNI
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace sparrow::simd
+HWY_AFTER_NAMESPACE();
+
+#endif  // SPARROW_SIMD_AXPY_INT_INL_H_

@@ -1,0 +1,74 @@
+// AxpyRows in integers: one token's weighted sum of Q4_0S rows,
+//   y[i] += sum_k a[k] * rows[k][i],
+// with the products kept as exact integer sums instead of one fp32
+// multiply-add per term (simd/gather.h: AxpyRows).
+//
+// Each row's coefficient times each of its blocks' scales, a[k] * d[k][b],
+// is rounded to a whole multiple m[k][b] of one step S that the caller picks
+// for the whole token (|m| <= kAxpyIntMaxMultiple: S at least
+// max |a * d| / kAxpyIntMaxMultiple, so m keeps 15 bits of the largest
+// term). The sums of m * (q - 8) are integers, added up over any number of
+// calls, and AxpyIntFinish adds S times them to y. Integer sums are exact, so
+// the result does not depend on the order of the rows, on how they were
+// split into calls or between threads, or on the SIMD target: it is the
+// same bits everywhere (axpy_int_test.cc checks it against the scalar
+// reference). What it gives up against AxpyRows is the rounding of each
+// a * d to 1/65278 of the largest one (a relative error of 2^-16 for the
+// largest terms, more for small ones).
+//
+// Why: AxpyRows' fp32 chain costs a conversion and a multiply-add per
+// element and row, which bounds it below the memory's speed with the rows
+// in cache (gather_bench). Here the target's 8-bit dot product
+// (vpdpbusd on x86 with AVX-512 VNNI) multiplies four rows' bytes at once.
+//
+// The sums live in a buffer of AxpyIntSumsInts(width) int32 that the
+// caller zeroes before a token's first call; its layout belongs to the SIMD
+// target, so one token's calls and its Finish run on the same target (as
+// every call in a process does), over the same column window.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "base/tensor_type.h"
+
+namespace sparrow::simd {
+
+// The largest |m|: 127 * 256 + 127, so that m splits into two signed bytes
+// (m = 256 * hi + lo, |hi|, |lo| <= 127) for 8-bit dot products.
+inline constexpr int32_t kAxpyIntMaxMultiple = 32639;
+// The most rows one token's sums may take over all its calls: the int32
+// sums hold 65536 rows' terms of up to 127 * 255 each.
+inline constexpr size_t kAxpyIntMaxRows = 65536;
+
+// Types AxpyIntAdd takes (Q4_0S).
+bool AxpyIntSupports(TensorType type);
+// Whether the current target sums in integers faster than AxpyRows
+// (x86 with AVX-512 VNNI); elsewhere the portable form is for tests and
+// for a token whose calls must agree with such a target's bits.
+bool AxpyIntFast();
+
+// int32 elements of the sums of a window `width` columns wide.
+size_t AxpyIntSumsInts(size_t width);
+
+// Adds the terms of rows[0..count) over columns [first, first + width) of
+// rows that hold `cols` elements to `sums`: m[k][b] = the multiple of S
+// nearest to a[k] * d[k][b], found as NearestInt(d * (a[k] * inv_step))
+// clamped to +-kAxpyIntMaxMultiple (NaN counts as 0). Rows whose a[k] is
+// zero are not read. first and width are whole blocks (std::invalid_argument
+// otherwise).
+void AxpyIntAdd(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
+                size_t first, size_t width, const float* a, float inv_step, int32_t* sums);
+
+// y[i] += float(step * total[i]) for i < width, where total is the exact
+// integer sum of m * (q - 8) that `sums` holds for the window (step times
+// the total in double, then rounded to float once).
+void AxpyIntFinish(size_t width, const int32_t* sums, float step, float* y);
+
+// Scalar reference of one token's whole sum: the multiples as above, the
+// totals in int64, and y[i] += float(double(step) * total[i]).
+void AxpyIntReference(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
+                      size_t first, size_t width, const float* a, float inv_step, float step,
+                      float* y);
+
+}  // namespace sparrow::simd
