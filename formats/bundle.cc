@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -165,6 +166,19 @@ class HeaderKeys {
     std::vector<uint64_t> out;
     out.reserve(a.elements.size());
     for (const gguf::Value& e : a.elements) out.push_back(*e.AsUInt());
+    return out;
+  }
+  // An array of `count` f32, or nothing where the key is absent.
+  std::vector<float> OptionalFloatArray(std::string_view key, size_t count) const {
+    if (header_.Find(key) == nullptr) return {};
+    const gguf::Array& a = *Require(key, gguf::ValueType::kArray).AsArray();
+    if (a.element_type != gguf::ValueType::kF32 || a.elements.size() != count) {
+      ThrowInputError(path_, ": bundle header key '", key, "' is not an array of ", count, " ",
+                      gguf::ValueTypeName(gguf::ValueType::kF32));
+    }
+    std::vector<float> out;
+    out.reserve(count);
+    for (const gguf::Value& e : a.elements) out.push_back(static_cast<float>(*e.AsFloat()));
     return out;
   }
 
@@ -486,6 +500,8 @@ Bundle Bundle::Open(const std::string& path) {
   const auto part_bytes = keys.UIntArray(keys::kGroupPartBytes, ValueType::kU32, n_groups);
   const auto record_bytes = keys.UIntArray(keys::kGroupRecordBytes, ValueType::kU32, n_groups);
   const auto offset = keys.UIntArray(keys::kGroupOffset, ValueType::kU64, n_groups);
+  const std::vector<float> largest_scale =
+      keys.OptionalFloatArray(keys::kGroupLargestScale, n_groups);
 
   b.groups_.reserve(n_groups);
   for (size_t i = 0; i < n_groups; ++i) {
@@ -517,6 +533,13 @@ Bundle Bundle::Open(const std::string& path) {
     check("part_bytes", part_bytes[i], g.part_bytes);
     check("record_bytes", record_bytes[i], g.record_bytes);
     g.offset = offset[i];
+    if (!largest_scale.empty()) {
+      if (!(largest_scale[i] >= 0.0f) || !std::isfinite(largest_scale[i])) {
+        ThrowInputError(path, ": ", GroupName(g), " has largest block scale ", largest_scale[i],
+                        ", expected a finite value >= 0");
+      }
+      g.largest_scale = largest_scale[i];
+    }
     add_extent(g.offset, g.section_bytes(), GroupName(g));
 
     const std::string perm_key = keys::GroupPermutationKey(i);

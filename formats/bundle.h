@@ -94,6 +94,11 @@ inline constexpr char kGroupPartPadded[] = "sparrow.groups.part_padded_elems"; /
 inline constexpr char kGroupPartBytes[] = "sparrow.groups.part_bytes";         // u32[]
 inline constexpr char kGroupRecordBytes[] = "sparrow.groups.record_bytes";     // u32[]
 inline constexpr char kGroupOffset[] = "sparrow.groups.offset";                // u64[]
+// f32[]: the largest |block scale| in each group's records (quantized
+// record types; optional: bundles written before it lack it, and it reads
+// as 0, unknown). It bounds every term of a sum over the group's records
+// before they are read (simd/axpy_int.h's step).
+inline constexpr char kGroupLargestScale[] = "sparrow.groups.largest_scale";
 // "sparrow.groups.<index>.slot_of_unit": u32[n_units], a permutation.
 std::string GroupPermutationKey(size_t group_index);
 }  // namespace keys
@@ -129,6 +134,7 @@ struct UnitGroup {
   uint32_t payload_bytes = 0;      // parts * part_bytes
   uint32_t record_bytes = 0;       // payload + CRC (+ padding to 4 bytes)
   uint64_t offset = 0;             // file offset of disk slot 0
+  float largest_scale = 0.0f;      // keys::kGroupLargestScale; 0: unknown
   std::vector<uint32_t> slot_of_unit;  // unit id -> disk slot
 
   uint64_t UnitOffset(uint32_t unit) const {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <random>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
@@ -191,6 +192,17 @@ void BundleWriter::SetPermutation(size_t index, std::vector<uint32_t> slot_of_un
   g.slot_of_unit = std::move(slot_of_unit);
 }
 
+void BundleWriter::SetLargestScale(size_t index, float largest_scale) {
+  if (stage_ == Stage::kMetadata || stage_ == Stage::kDone) {
+    Misuse("SetLargestScale() outside DeclareGroups()..Finish()");
+  }
+  if (index >= groups_.size()) Misuse("SetLargestScale(): no such group");
+  if (!(largest_scale >= 0.0f) || !std::isfinite(largest_scale)) {
+    Misuse("SetLargestScale(): not a finite scale >= 0");
+  }
+  groups_[index].largest_scale = largest_scale;
+}
+
 void BundleWriter::WriteHeaderBody() {
   Seek(kFixedHeaderBytes);
   gguf::GgufWriter w(file_, path_ + " (bundle header)");
@@ -224,6 +236,15 @@ void BundleWriter::WriteHeaderBody() {
   u32s(keys::kGroupRecordBytes, [](const UnitGroup& g) { return g.record_bytes; });
   w.Add(keys::kGroupOffset,
         UIntArray(ValueType::kU64, column([](const UnitGroup& g) { return g.offset; })));
+  {
+    gguf::Array scales;
+    scales.element_type = ValueType::kF32;
+    for (const UnitGroup& g : groups_) scales.elements.push_back(gguf::Value::F32(g.largest_scale));
+    gguf::Value value;
+    value.type = ValueType::kArray;
+    value.data.emplace<gguf::Array>(std::move(scales));
+    w.Add(keys::kGroupLargestScale, std::move(value));
+  }
   for (size_t i = 0; i < groups_.size(); ++i) {
     const std::vector<uint32_t>& perm = groups_[i].slot_of_unit;
     w.Add(keys::GroupPermutationKey(i),

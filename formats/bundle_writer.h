@@ -57,6 +57,9 @@ class BundleWriter {
   // Replaces group `index`'s unit -> slot map (must be a permutation).
   // Records are still appended in slot order.
   void SetPermutation(size_t index, std::vector<uint32_t> slot_of_unit);
+  // Records group `index`'s largest |block scale| (keys::kGroupLargestScale;
+  // finite, >= 0), any time before Finish(). Groups without one store 0.
+  void SetLargestScale(size_t index, float largest_scale);
   // Offsets are filled in by EndResident().
   const std::vector<UnitGroup>& groups() const { return groups_; }
 

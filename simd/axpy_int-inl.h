@@ -81,9 +81,9 @@ HWY_INLINE int32_t MultipleHi(int32_t m) { return (m + 128) >> 8; }
 // Natural form over blocks [b0, b0 + nblocks) of Q4_0S rows with `row_blocks`
 // blocks: hi[32 * j + i] and lo[...] gain the terms of block b0 + j's
 // column i.
-HWY_INLINE void AddNatural(const uint8_t* const* rows, size_t count, size_t row_blocks, size_t b0,
-                           size_t nblocks, const float* a, float inv_step, int32_t* HWY_RESTRICT hi,
-                           int32_t* HWY_RESTRICT lo) {
+HWY_INLINE void AddNatural(const uint8_t* const* rows, size_t offset, size_t count,
+                           size_t row_blocks, size_t b0, size_t nblocks, const float* a,
+                           float inv_step, int32_t* HWY_RESTRICT hi, int32_t* HWY_RESTRICT lo) {
   const hn::CappedTag<int32_t, 16> di;
   const hn::Rebind<uint8_t, decltype(di)> du8;
   const size_t N = hn::Lanes(di);
@@ -96,13 +96,14 @@ HWY_INLINE void AddNatural(const uint8_t* const* rows, size_t count, size_t row_
     const float s = a[k] * inv_step;
     for (size_t s0 = 0; s0 < nblocks; s0 += kAxpyIntSpanBlocks) {
       const size_t span = std::min(kAxpyIntSpanBlocks, nblocks - s0);
-      RowMultiples(layout.Scale(rows[k], b0 + s0), span, s, m);
+      const uint8_t* row = rows[k] + offset;
+      RowMultiples(layout.Scale(row, b0 + s0), span, s, m);
       for (size_t j = 0; j < span; ++j) {
         if (m[j] == 0) continue;
         const int32_t h = MultipleHi(m[j]);
         const auto vh = hn::Set(di, h);
         const auto vl = hn::Set(di, m[j] - 256 * h);
-        const uint8_t* nibbles = layout.Nibbles(rows[k], b0 + s0 + j);
+        const uint8_t* nibbles = layout.Nibbles(row, b0 + s0 + j);
         int32_t* oh = hi + 32 * (s0 + j);
         int32_t* ol = lo + 32 * (s0 + j);
         for (size_t i = 0; i < 16; i += N) {
@@ -284,9 +285,10 @@ HWY_INLINE void QuadsChunk(const QuadRows& pass, const uint32_t (*chi)[kAxpyIntS
 // Quad form over whole chunks [0, nchunks) of the window starting at block
 // b0 of rows with row_blocks blocks: hi/lo hold 128 int32 per chunk, msum
 // one per block.
-HWY_INLINE void AddQuads(const uint8_t* const* rows, size_t count, size_t row_blocks, size_t b0,
-                         size_t nchunks, const float* a, float inv_step, int32_t* HWY_RESTRICT hi,
-                         int32_t* HWY_RESTRICT lo, int32_t* HWY_RESTRICT msum) {
+HWY_INLINE void AddQuads(const uint8_t* const* rows, size_t offset, size_t count, size_t row_blocks,
+                         size_t b0, size_t nchunks, const float* a, float inv_step,
+                         int32_t* HWY_RESTRICT hi, int32_t* HWY_RESTRICT lo,
+                         int32_t* HWY_RESTRICT msum) {
   const Q4_0Layout layout = Q4_0Layout::Split(row_blocks);
   constexpr size_t kSpanChunks = kAxpyIntSpanBlocks / kQuadChunkBlocks;
   alignas(64) uint32_t chi[kQuadsPerPass][kAxpyIntSpanBlocks];
@@ -294,8 +296,8 @@ HWY_INLINE void AddQuads(const uint8_t* const* rows, size_t count, size_t row_bl
   for (size_t c0 = 0; c0 < nchunks; c0 += kSpanChunks) {
     const size_t span_chunks = std::min(kSpanChunks, nchunks - c0);
     const size_t sb = b0 + c0 * kQuadChunkBlocks;  // the span's first block in the row
-    const size_t scale_at = 2 * sb;
-    const size_t nibbles_at = layout.nibbles_at + 16 * sb;
+    const size_t scale_at = offset + 2 * sb;
+    const size_t nibbles_at = offset + layout.nibbles_at + 16 * sb;
     size_t k = 0;
     QuadRows pass, next;
     NextQuadRows(rows, count, a, inv_step, &k, &next);
@@ -347,15 +349,15 @@ HWY_INLINE void FinishQuads(size_t nchunks, const int32_t* hi, const int32_t* lo
     for (size_t i = 0; i < 4; ++i) {
       for (size_t kb = 0; kb < 4; ++kb) {
         const size_t block = kQuadChunkBlocks * c + kb;
-        const int64_t offset = int64_t{8} * msum[block];
+        const int64_t eights = int64_t{8} * msum[block];  // the nibbles' -8
         for (size_t t = 0; t < 4; ++t) {
           const size_t low = kQuadChunkCols * c + 32 * i + 4 * kb + t;
           const int64_t low_sum = int64_t{256} * hi[low] + lo[low];
           const int64_t whole = int64_t{256} * hi[low + 16] + lo[low + 16];
           float* yb = y + 32 * block + 4 * i + t;
-          yb[0] += static_cast<float>(dstep * static_cast<double>(low_sum - offset));
+          yb[0] += static_cast<float>(dstep * static_cast<double>(low_sum - eights));
           yb[16] +=
-              static_cast<float>(dstep * static_cast<double>((whole - low_sum) / 16 - offset));
+              static_cast<float>(dstep * static_cast<double>((whole - low_sum) / 16 - eights));
         }
       }
     }
@@ -394,18 +396,19 @@ HWY_INLINE SumsLayout LayoutFor(size_t width) {
 }
 
 HWY_INLINE void AxpyIntAddImpl(const uint8_t* const* rows, size_t count, size_t cols, size_t first,
-                               size_t width, const float* a, float inv_step, int32_t* sums) {
+                               size_t width, const float* a, float inv_step, int32_t* sums,
+                               size_t offset) {
   const SumsLayout s = LayoutFor(width);
   const size_t row_blocks = cols / 32, b0 = first / 32;
 #ifdef SPARROW_INT8_VNNI
   if (s.quad_chunks > 0) {
-    AddQuads(rows, count, row_blocks, b0, s.quad_chunks, a, inv_step, s.hi(sums), s.lo(sums),
-             s.msum(sums));
+    AddQuads(rows, offset, count, row_blocks, b0, s.quad_chunks, a, inv_step, s.hi(sums),
+             s.lo(sums), s.msum(sums));
   }
 #endif
   const size_t done = s.natural_at();
   if (done < width) {
-    AddNatural(rows, count, row_blocks, b0 + done / 32, (width - done) / 32, a, inv_step,
+    AddNatural(rows, offset, count, row_blocks, b0 + done / 32, (width - done) / 32, a, inv_step,
                s.hi(sums) + done, s.lo(sums) + done);
   }
 }

@@ -13,8 +13,8 @@ namespace sparrow::simd {
 namespace HWY_NAMESPACE {
 
 void AxpyIntAddT(const uint8_t* const* rows, size_t count, size_t cols, size_t first, size_t width,
-                 const float* a, float inv_step, int32_t* sums) {
-  AxpyIntAddImpl(rows, count, cols, first, width, a, inv_step, sums);
+                 const float* a, float inv_step, int32_t* sums, size_t offset) {
+  AxpyIntAddImpl(rows, count, cols, first, width, a, inv_step, sums, offset);
 }
 
 void AxpyIntFinishT(size_t width, const int32_t* sums, float step, float* y) {
@@ -68,9 +68,10 @@ bool AxpyIntFast() { return HWY_DYNAMIC_DISPATCH(AxpyIntFastT)(); }
 size_t AxpyIntSumsInts(size_t width) { return 2 * width + width / 32; }
 
 void AxpyIntAdd(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
-                size_t first, size_t width, const float* a, float inv_step, int32_t* sums) {
+                size_t first, size_t width, const float* a, float inv_step, int32_t* sums,
+                size_t offset) {
   CheckArguments("AxpyIntAdd", type, cols, first, width);
-  HWY_DYNAMIC_DISPATCH(AxpyIntAddT)(rows, count, cols, first, width, a, inv_step, sums);
+  HWY_DYNAMIC_DISPATCH(AxpyIntAddT)(rows, count, cols, first, width, a, inv_step, sums, offset);
 }
 
 void AxpyIntFinish(size_t width, const int32_t* sums, float step, float* y) {

@@ -52,13 +52,15 @@ bool AxpyIntFast();
 size_t AxpyIntSumsInts(size_t width);
 
 // Adds the terms of rows[0..count) over columns [first, first + width) of
-// rows that hold `cols` elements to `sums`: m[k][b] = the multiple of S
+// rows that hold `cols` elements and start `offset` bytes after the
+// pointers (a record's later part) to `sums`: m[k][b] = the multiple of S
 // nearest to a[k] * d[k][b], found as NearestInt(d * (a[k] * inv_step))
 // clamped to +-kAxpyIntMaxMultiple (NaN counts as 0). Rows whose a[k] is
 // zero are not read. first and width are whole blocks (std::invalid_argument
 // otherwise).
 void AxpyIntAdd(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
-                size_t first, size_t width, const float* a, float inv_step, int32_t* sums);
+                size_t first, size_t width, const float* a, float inv_step, int32_t* sums,
+                size_t offset = 0);
 
 // y[i] += float(step * total[i]) for i < width, where total is the exact
 // integer sum of m * (q - 8) that `sums` holds for the window (step times

@@ -174,6 +174,30 @@ TEST_CASE(
   });
 }
 
+TEST_CASE("AxpyIntAdd reads its rows `offset` bytes after their pointers") {
+  ForEachTarget([&](const Target& target) {
+    std::mt19937 rng(5);
+    const size_t cols = 640, count = 11, offset = 1170;  // a record's later part
+    const Problem p = MakeProblem(cols, count, rng);
+    std::vector<std::vector<uint8_t>> records;
+    std::vector<const uint8_t*> starts;
+    for (const auto& row : p.storage) {
+      std::vector<uint8_t> record(offset, 0xAB);
+      record.insert(record.end(), row.begin(), row.end());
+      records.push_back(std::move(record));
+    }
+    for (const auto& r : records) starts.push_back(r.data());
+    const float step = StepFor(p.storage, p.a);
+    std::vector<int32_t> sums(AxpyIntSumsInts(cols - 64), 0);
+    AxpyIntAdd(TensorType::kQ4_0S, starts.data(), count, cols, 32, cols - 64, p.a.data(),
+               1.0f / step, sums.data(), offset);
+    std::vector<float> y(p.y0.begin() + 32, p.y0.end() - 32);
+    AxpyIntFinish(cols - 64, sums.data(), step, y.data());
+    INFO(target.name);
+    CHECK(SameBits(y, ReferenceSum(p, cols, 32, cols - 64, step)));
+  });
+}
+
 TEST_CASE("AxpyIntFast is the target with the quad form") {
   ForEachTarget([&](const Target& target) {
     INFO(target.name);

@@ -512,6 +512,32 @@ void DequantizeRowReference(TensorType type, const void* src, size_t n,
   }
 }
 
+float LargestBlockScale(TensorType type, const void* row, size_t n) {
+  CheckRow(type, n);
+  const uint8_t* in = static_cast<const uint8_t*>(row);
+  const size_t blocks = n / 32;
+  size_t stride = 0;  // bytes from one block's scale to the next's
+  switch (type) {
+    case TensorType::kQ8_0:
+      stride = sizeof(BlockQ8_0);
+      break;
+    case TensorType::kQ4_0:
+      stride = Q4_0Layout::Interleaved().scale_stride;
+      break;
+    case TensorType::kQ4_0S:
+      stride = Q4_0Layout::Split(blocks).scale_stride;
+      break;
+    default:
+      return 0.0f;
+  }
+  float largest = 0.0f;
+  for (size_t b = 0; b < blocks; ++b) {
+    const float d = std::fabs(F16ToF32(LoadU16(in + b * stride)));
+    if (d > largest) largest = d;
+  }
+  return largest;
+}
+
 void QuantizeRow(TensorType type, const float* src, size_t n, void* dst) {
   CheckRow(type, n);
   uint8_t* out = static_cast<uint8_t*>(dst);

@@ -36,6 +36,11 @@ void QuantizeRow(TensorType type, const float* src, size_t n, void* dst);
 // QuantizeRow(kBF16, ...) after DequantizeRow gives the same, at scalar speed.
 void DequantizeRowToBF16(TensorType type, const void* src, size_t n, uint16_t* dst);
 
+// The largest |f16 block scale| of a row of `n` elements (a whole row for
+// Q4_0S) in Q8_0, Q4_0 or Q4_0S; 0 for other types. NaN scales are
+// skipped; an infinite one is returned.
+float LargestBlockScale(TensorType type, const void* row, size_t n);
+
 // Scalar versions, the reference the Highway paths are tested against.
 void DequantizeRowReference(TensorType type, const void* src, size_t n,
                            float* dst);

@@ -593,4 +593,31 @@ TEST_CASE("Q8_0 and Q4_0 writers follow ggml's rounding rules") {
   }
 }
 
+TEST_CASE("LargestBlockScale: the largest |scale| of a quantized row's blocks") {
+  // Block 1 holds the row's largest magnitude, -4: Q8_0's scale is 4 / 127
+  // (as f16), Q4_0's -4 / -8 = 0.5 exactly (the signed extreme maps to -8).
+  std::vector<float> row(96, 0.25f);
+  row[40] = -4.0f;
+  row[70] = 2.0f;
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_0S}) {
+    CAPTURE(TensorTypeName(type));
+    uint64_t bytes = 0;
+    REQUIRE(TensorTypeBytes(type, row.size(), &bytes));
+    std::vector<uint8_t> q(bytes);
+    QuantizeRow(type, row.data(), row.size(), q.data());
+    const float want = type == TensorType::kQ8_0 ? F16ToF32(F32ToF16(4.0f / 127)) : 0.5f;
+    CHECK(LargestBlockScale(type, q.data(), row.size()) == want);
+  }
+  std::vector<uint8_t> f(96 * 4);
+  CHECK(LargestBlockScale(TensorType::kF32, f.data(), 96) == 0.0f);
+  // A NaN scale is skipped, an infinite one returned.
+  std::vector<uint8_t> q8(3 * sizeof(BlockQ8_0), 0);
+  const uint16_t nan = 0x7e00, one = 0x3c00, inf = 0xfc00;
+  std::memcpy(q8.data(), &nan, 2);
+  std::memcpy(q8.data() + sizeof(BlockQ8_0), &one, 2);
+  CHECK(LargestBlockScale(TensorType::kQ8_0, q8.data(), 96) == 1.0f);
+  std::memcpy(q8.data() + 2 * sizeof(BlockQ8_0), &inf, 2);
+  CHECK(std::isinf(LargestBlockScale(TensorType::kQ8_0, q8.data(), 96)));
+}
+
 }  // namespace sparrow::simd

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -169,10 +170,11 @@ class ColumnTile {
   uint64_t c0_ = 0;
 };
 
-// Writes one group's records (identity permutation: unit u in slot u).
-void WriteGroup(const bundle::UnitGroup& g, const std::vector<PartSource>& sources,
-                TensorType record_type, uint64_t column_tile_bytes, bundle::BundleWriter& writer,
-                const std::function<void(uint64_t)>& advance) {
+// Writes one group's records (identity permutation: unit u in slot u);
+// returns their largest block scale (simd::LargestBlockScale).
+float WriteGroup(const bundle::UnitGroup& g, const std::vector<PartSource>& sources,
+                 TensorType record_type, uint64_t column_tile_bytes, bundle::BundleWriter& writer,
+                 const std::function<void(uint64_t)>& advance) {
   // Tile width: a whole number of every column source's blocks, sized so a
   // column tile stays near column_tile_bytes.
   uint64_t block = 1;
@@ -189,6 +191,7 @@ void WriteGroup(const bundle::UnitGroup& g, const std::vector<PartSource>& sourc
   std::vector<ColumnTile> columns(sources.size());
   AlignedBuffer<uint8_t> records(static_cast<size_t>(tile * g.record_bytes));
   std::vector<AlignedBuffer<float>> scratch(static_cast<size_t>(ThreadCount()));
+  std::vector<float> largest(static_cast<size_t>(ThreadCount()), 0.0f);  // per thread
   for (uint64_t u0 = 0; u0 < g.n_units; u0 += tile) {
     const uint64_t u1 = std::min<uint64_t>(u0 + tile, g.n_units);
     for (size_t p = 0; p < sources.size(); ++p) {
@@ -209,14 +212,17 @@ void WriteGroup(const bundle::UnitGroup& g, const std::vector<PartSource>& sourc
             simd::DequantizeRow(s.matrix->type, s.matrix->data + unit * RowBytes(*s.matrix),
                                 g.part_elems, values.data());
           }
-          simd::QuantizeRow(record_type, values.data(), g.part_padded_elems,
-                            record + p * g.part_bytes);
+          uint8_t* part = record + p * g.part_bytes;
+          simd::QuantizeRow(record_type, values.data(), g.part_padded_elems, part);
+          float& most = largest[static_cast<size_t>(thread)];
+          most = std::max(most, simd::LargestBlockScale(record_type, part, g.part_padded_elems));
         }
       }
     });
     writer.AppendRecords(records.data(), static_cast<size_t>(u1 - u0));
     advance((u1 - u0) * g.record_bytes);
   }
+  return *std::max_element(largest.begin(), largest.end());
 }
 
 // Drops the pages of a finished tensor from this process's mapping of the
@@ -320,8 +326,11 @@ void ConvertGgufToBundle(const std::string& gguf_path, const std::string& bundle
 
   while (const bundle::UnitGroup* g = writer.NextGroup()) {
     const bundle::UnitGroup group = *g;  // NextGroup() moves on as records go in
-    WriteGroup(group, PartSources(group.kind, ffn[group.layer]), record_type,
-               options.column_tile_bytes, writer, advance);
+    const size_t index = static_cast<size_t>(g - writer.groups().data());
+    const float largest = WriteGroup(group, PartSources(group.kind, ffn[group.layer]), record_type,
+                                     options.column_tile_bytes, writer, advance);
+    // A non-finite scale (a source with Inf weights) is not recorded.
+    if (std::isfinite(largest)) writer.SetLargestScale(index, largest);
     const bundle::UnitGroup* next = writer.NextGroup();
     if (next == nullptr || next->layer != group.layer) {
       for (const gguf::TensorInfo* t : {ffn[group.layer].gate, ffn[group.layer].up,

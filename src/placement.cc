@@ -275,6 +275,7 @@ void WritePlacedBundle(const bundle::Bundle& in,
       throw std::logic_error("WritePlacedBundle: the writer's groups differ from the input's");
     }
     writer.SetPermutation(i, slot_of_unit[i]);
+    writer.SetLargestScale(i, a.largest_scale);  // the same records
   }
 
   uint64_t total = in.resident_bytes(), done = 0;

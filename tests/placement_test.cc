@@ -178,6 +178,7 @@ TEST_CASE("placement: the placed stories260K bundle has the same records and per
     const bundle::UnitGroup& a = in.groups()[i];
     const bundle::UnitGroup& b = out.groups()[i];
     CHECK(b.slot_of_unit == placement[i]);
+    CHECK(b.largest_scale == a.largest_scale);
     std::vector<uint8_t> ra(size_t{a.n_units} * a.record_bytes), rb(ra.size());
     in.ReadRecords(a, 0, a.n_units, ra.data());
     out.ReadRecords(b, 0, b.n_units, rb.data());

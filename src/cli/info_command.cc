@@ -82,6 +82,23 @@ void PrintCalibration(const std::optional<bundle::Calibration>& calibration) {
   }
 }
 
+// How the dip and split layouts' column sums (ops::RowAxpysInt) will run:
+// in integers where the record type and this CPU take that form and the
+// bundle bounds its groups' block scales (converted by a Sparrow that
+// records them).
+void PrintColumnSums(const bundle::Bundle& b) {
+  if (b.layout() == bundle::Layout::kNeuron) return;
+  bool bounded = true;
+  for (const bundle::UnitGroup& g : b.groups()) bounded &= g.largest_scale > 0.0f;
+  const char* how =
+      !ops::RowAxpyIntSums::Usable(b.record_type())
+          ? "float multiply-adds (integer sums take q4_0s records on x86 with AVX-512 VNNI)"
+      : !bounded ? "float multiply-adds (the bundle records no block-scale bounds: convert it "
+                   "again for integer sums)"
+                 : "exact integer sums of 15-bit multiples (simd/axpy_int.h)";
+  std::printf("column sums: %s\n", how);
+}
+
 // A bundle's layout, record geometry and sections.
 void PrintBundle(const bundle::Bundle& b, bool verify) {
   std::printf("file: %s (Sparrow bundle v%u, %s)\n", b.path().c_str(), bundle::kVersion,
@@ -112,6 +129,7 @@ void PrintBundle(const bundle::Bundle& b, bool verify) {
                 FormatByteSize(b.file_size() - b.bundle_bytes(), 2).c_str());
   }
   PrintCalibration(b.calibration());
+  PrintColumnSums(b);
   if (verify) {
     ProgressBar bar("verify");
     b.VerifyAll([&](uint64_t done, uint64_t total) { bar.Update(done, total); });

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 #include <string>
 
 #include "base/tensor_type.h"
@@ -135,6 +136,46 @@ void RowAxpys(const RowSet& rows, const float* a, size_t n, float* y);
 // sets of at most `max_rows` rows of `cols` elements of `type`, on all its
 // threads (0 where it needs none).
 uint64_t RowAxpysScratchBytes(TensorType type, size_t cols, size_t max_rows, size_t n);
+// RowAxpys' integer form (simd/axpy_int.h) for sums made of several calls
+// (the streamed FFN's cached rows, then each chunk read from flash):
+//   sums.Begin(cols, row_parts, n, steps); RowAxpysInt(...)...; sums.Finish(y);
+// Each token's terms are kept as exact integer sums, so its result does not
+// depend on the order or the split of its rows, the thread count or the
+// other tokens of its batch. What it rounds is each coefficient times
+// block scale, to a multiple of the token's step: steps[t] = its largest
+// |coefficient| times the rows' largest block scale (known before any row
+// is read: the bundle records it) / simd::kAxpyIntMaxMultiple, 15 bits of
+// the largest term.
+class RowAxpyIntSums {
+ public:
+  // Whether RowAxpysInt takes rows of `type` in the current kernel mode on
+  // this CPU: Q4_0S with the fast kernels where the SIMD target sums in
+  // integers faster than RowAxpys (x86 with AVX-512 VNNI).
+  static bool Usable(TensorType type);
+  // Bytes of the sums of n tokens over rows of `cols` elements.
+  static uint64_t Bytes(size_t cols, size_t n);
+  // The step of a token whose largest |coefficient| is `largest_coefficient`
+  // over rows whose largest |block scale| is `largest_scale`.
+  static float Step(float largest_coefficient, float largest_scale);
+  // Zeroes the sums of n tokens (token t's step steps[t], finite, >= 0)
+  // over RowSets of `cols` elements in `row_parts` parts.
+  void Begin(size_t cols, size_t row_parts, size_t n, const float* steps);
+  // y (n x cols) += each token's sums times its step.
+  void Finish(float* y) const;
+
+ private:
+  friend void RowAxpysInt(const RowSet& rows, const float* a, size_t n, RowAxpyIntSums& sums);
+  int32_t* token(size_t t) { return sums_.data() + t * per_token_; }
+  const int32_t* token(size_t t) const { return sums_.data() + t * per_token_; }
+
+  std::vector<int32_t> sums_;
+  std::vector<float> steps_;
+  size_t cols_ = 0, parts_ = 1, n_ = 0, per_token_ = 0;
+};
+// sums' tokens += sum_k a[t * rows.count + k] * row k, as RowAxpys would add
+// to y: rows of sums' type, cols and row_parts, n the tokens of Begin.
+void RowAxpysInt(const RowSet& rows, const float* a, size_t n, RowAxpyIntSums& sums);
+
 // Whether RowDots and RowAxpys (fast kernels) send a batch of n tokens to
 // oneDNN on panels of the rows rather than to the gather kernels: false in
 // builds without oneDNN; else from row_ops.cc's threshold, unless

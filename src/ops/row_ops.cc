@@ -29,9 +29,11 @@
 // f32 ones agree with the former to the GEMV bound, bf16 ones to
 // MatMul's bf16 tolerance (tests/ops_test.cc).
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 #include "base/aligned_buffer.h"
+#include "simd/axpy_int.h"
 #include "simd/gather.h"
 #include "simd/gemv.h"
 #include "simd/quantize.h"
@@ -231,6 +233,34 @@ void RowAxpysByPanels(const RowSet& rows, const float* a, size_t n, float* y) {
 }
 #endif  // SPARROW_HAVE_ONEDNN
 
+// RowAxpys' split of the columns between threads: one range of whole
+// 64-column units each (whole blocks of every gather type), fn(c0, c1).
+// The ranges depend only on cols and the thread count, so calls over one
+// set of sums split them alike.
+constexpr size_t kAxpyColumnUnit = 64;
+template <class Fn>
+void ForColumnRanges(size_t cols, const Fn& fn) {
+  const size_t units = (cols + kAxpyColumnUnit - 1) / kAxpyColumnUnit;
+  ParallelFor(units, std::max<size_t>(1, 512 / kAxpyColumnUnit),
+              [&](size_t begin, size_t end, int) {
+                fn(begin * kAxpyColumnUnit, std::min(cols, end * kAxpyColumnUnit));
+              });
+}
+
+// The pieces of columns [c0, c1) of rows of `cols` elements in `parts`
+// parts, one per part they cross: fn(part, first column within it, width,
+// first column within the row).
+template <class Fn>
+void ForPartWindows(size_t cols, size_t parts, size_t c0, size_t c1, const Fn& fn) {
+  const size_t part_cols = cols / parts;
+  for (size_t c = c0; c < c1;) {
+    const size_t p = c / part_cols;
+    const size_t end = std::min(c1, (p + 1) * part_cols);
+    fn(p, c - p * part_cols, end - c, c);
+    c = end;
+  }
+}
+
 }  // namespace
 
 bool RowProductsUsePanels(size_t n) {
@@ -338,10 +368,8 @@ void RowAxpys(const RowSet& rows, const float* a, size_t n, float* y) {
     // prompts (16 of 16 at one thread).
     // Each thread takes a window of every row's columns (AxpyRowColumns:
     // a Q4_0S row's window is not a pointer into it).
-    const size_t unit = 64;  // columns: whole blocks of every gather type
-    const size_t units = (cols + unit - 1) / unit;
-    ParallelFor(units, std::max<size_t>(1, 512 / unit), [&](size_t begin, size_t end, int) {
-      const size_t c0 = begin * unit, width = std::min(cols, end * unit) - c0;
+    ForColumnRanges(cols, [&](size_t c0, size_t c1) {
+      const size_t width = c1 - c0;
       if (fast) {
         simd::AxpyRowColumns(rows.type, pointers, count, cols, c0, width, a, count, n, y + c0, cols,
                              rows.row_parts);
@@ -378,6 +406,63 @@ void RowAxpys(const RowSet& rows, const float* a, size_t n, float* y) {
       simd::AddInPlaceReference(acc, y, span);
     }
   }
+}
+
+bool RowAxpyIntSums::Usable(TensorType type) {
+  return GetKernelMode() == KernelMode::kFast && simd::AxpyIntSupports(type) && simd::AxpyIntFast();
+}
+
+uint64_t RowAxpyIntSums::Bytes(size_t cols, size_t n) {
+  return uint64_t{n} * simd::AxpyIntSumsInts(cols) * sizeof(int32_t);
+}
+
+float RowAxpyIntSums::Step(float largest_coefficient, float largest_scale) {
+  return largest_coefficient * largest_scale / simd::kAxpyIntMaxMultiple;
+}
+
+void RowAxpyIntSums::Begin(size_t cols, size_t row_parts, size_t n, const float* steps) {
+  cols_ = cols;
+  parts_ = row_parts;
+  n_ = n;
+  per_token_ = simd::AxpyIntSumsInts(cols);
+  sums_.assign(n * per_token_, 0);
+  steps_.assign(steps, steps + n);
+}
+
+void RowAxpysInt(const RowSet& rows, const float* a, size_t n, RowAxpyIntSums& sums) {
+  if (rows.count == 0 || n == 0) return;
+  if (rows.cols != sums.cols_ || rows.row_parts != sums.parts_ || n != sums.n_) {
+    throw std::logic_error("RowAxpysInt: rows or tokens other than Begin's");
+  }
+  const uint8_t* const* pointers = RowPointers(rows);
+  const size_t count = rows.count, part_cols = rows.cols / rows.row_parts;
+  uint64_t part_bytes = 0;  // a part's bytes: Q4_0S rows of part_cols, back to back
+  if (!TensorTypeBytes(rows.type, part_cols, &part_bytes)) {
+    throw std::logic_error("RowAxpysInt: rows of no byte size");
+  }
+  ForColumnRanges(rows.cols, [&](size_t c0, size_t c1) {
+    ForPartWindows(rows.cols, rows.row_parts, c0, c1,
+                   [&](size_t p, size_t first, size_t width, size_t c) {
+                     for (size_t t = 0; t < n; ++t) {
+                       const float step = sums.steps_[t];
+                       simd::AxpyIntAdd(rows.type, pointers, count, part_cols, first, width,
+                                        a + t * count, step > 0.0f ? 1.0f / step : 0.0f,
+                                        sums.token(t) + simd::AxpyIntSumsInts(c),
+                                        static_cast<size_t>(p * part_bytes));
+                     }
+                   });
+  });
+}
+
+void RowAxpyIntSums::Finish(float* y) const {
+  ForColumnRanges(cols_, [&](size_t c0, size_t c1) {
+    ForPartWindows(cols_, parts_, c0, c1, [&](size_t, size_t, size_t width, size_t c) {
+      for (size_t t = 0; t < n_; ++t) {
+        simd::AxpyIntFinish(width, token(t) + simd::AxpyIntSumsInts(c), steps_[t],
+                            y + t * cols_ + c);
+      }
+    });
+  });
 }
 
 }  // namespace sparrow::ops

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <exception>
 
@@ -99,12 +100,15 @@ size_t AxpyRowElems(const bundle::Bundle& b) {
 
 // The row kernels' scratch: RowDots' prepared inputs and panels, RowAxpys'
 // row pointers, panels and (types without a gather kernel) per-thread sums,
-// over chunks of at most `width` rows.
+// over chunks of at most `width` rows, and SumColumns' integer sums.
 uint64_t KernelScratchBytes(const bundle::Bundle& b, size_t width, size_t max_batch) {
-  return ops::RowDotsScratchBytes(b.record_type(), DotRowElems(b), /*max_rows=*/width,
-                                  max_batch) +
+  const uint64_t integer_sums = ops::RowAxpyIntSums::Usable(b.record_type())
+                                    ? ops::RowAxpyIntSums::Bytes(AxpyRowElems(b), max_batch)
+                                    : 0;
+  return ops::RowDotsScratchBytes(b.record_type(), DotRowElems(b), /*max_rows=*/width, max_batch) +
          ops::RowAxpysScratchBytes(b.record_type(), AxpyRowElems(b), /*max_rows=*/width,
-                                   max_batch);
+                                   max_batch) +
+         integer_sums;
 }
 
 }  // namespace
@@ -669,7 +673,7 @@ void StreamedFeedForward::ForwardDip(uint32_t layer, const float* x, size_t n, f
     masks_.ApplyMask(x, d, masked_x_.data());
     xin = masked_x_.data();
   }
-  StreamGroup(in, need_, [&](const UnitRows& rows) { AxpyColumns(in, rows, xin, d, n, glu); });
+  SumColumns(in, xin, d, n, glu);
   // The GLU output replaces the gate sums: h[t] at glu + t * glu_stride + ff.
   float* h = glu + ff;
   for (size_t t = 0; t < n; ++t) {
@@ -680,9 +684,7 @@ void StreamedFeedForward::ForwardDip(uint32_t layer, const float* x, size_t n, f
   // Down: sum of down columns weighted by the (pruned) GLU output.
   Choose(outg, h, n, glu_stride);
   if (!masks_.all()) masks_.ApplyMask(h, glu_stride, h);
-  StreamGroup(outg, need_, [&](const UnitRows& rows) {
-    AxpyColumns(outg, rows, h, glu_stride, n, out);
-  });
+  SumColumns(outg, h, glu_stride, n, out);
 }
 
 void StreamedFeedForward::ForwardSplit(uint32_t layer, const float* x, size_t n, float* out) {
@@ -728,7 +730,7 @@ void StreamedFeedForward::ForwardSplit(uint32_t layer, const float* x, size_t n,
   // Each token keeps only its own neurons (the follower's choice, or for
   // glu the top K of |GLU|); the down columns are their union.
   if (!masks_.all()) masks_.ApplyMask(h, ff, h);
-  StreamGroup(down, need_, [&](const UnitRows& rows) { AxpyColumns(down, rows, h, ff, n, out); });
+  SumColumns(down, h, ff, n, out);
 }
 
 ops::RowSet StreamedFeedForward::UnitRows::Slice(size_t first, size_t n, size_t offset) const {
@@ -793,8 +795,37 @@ void StreamedFeedForward::DotRows(Group& g, const std::vector<uint32_t>& units, 
   });
 }
 
+void StreamedFeedForward::SumColumns(Group& g, const float* src, size_t src_stride, size_t n,
+                                     float* y) {
+  const bundle::UnitGroup& info = *g.info;
+  // Batches large enough for oneDNN's panels keep them (a token of such a
+  // batch gets their products anyway, not the bits of its own run).
+  bool integer = ops::RowAxpyIntSums::Usable(bundle_.record_type()) && info.largest_scale > 0.0f &&
+                 !ops::RowProductsUsePanels(n);
+  if (integer) {
+    // Token t's step: its largest coefficient times the group's largest
+    // block scale bounds every term before any record is read. A
+    // non-finite coefficient takes the float sums, which carry it to y.
+    axpy_steps_.resize(n);
+    for (size_t t = 0; t < n && integer; ++t) {
+      float largest = 0.0f;
+      for (size_t u = 0; u < info.n_units; ++u) {
+        largest = std::max(largest, std::fabs(src[t * src_stride + u]));
+      }
+      axpy_steps_[t] = ops::RowAxpyIntSums::Step(largest, info.largest_scale);
+      integer = std::isfinite(largest) && std::isfinite(axpy_steps_[t]);
+    }
+  }
+  if (integer) {
+    axpy_int_.Begin(size_t{info.parts} * info.part_padded_elems, info.parts, n, axpy_steps_.data());
+  }
+  StreamGroup(g, need_,
+              [&](const UnitRows& rows) { AxpyColumns(g, rows, src, src_stride, n, y, integer); });
+  if (integer) axpy_int_.Finish(y);
+}
+
 void StreamedFeedForward::AxpyColumns(const Group& g, const UnitRows& rows, const float* src,
-                                      size_t src_stride, size_t n, float* y) {
+                                      size_t src_stride, size_t n, float* y, bool integer) {
   for (size_t first = 0; first < rows.count; first += width_) {
     const size_t count = std::min(width_, rows.count - first);
     for (size_t t = 0; t < n; ++t) {
@@ -809,7 +840,11 @@ void StreamedFeedForward::AxpyColumns(const Group& g, const UnitRows& rows, cons
     // a row: Q4_0S).
     set.cols = size_t{g.info->parts} * g.info->part_padded_elems;
     set.row_parts = g.info->parts;
-    ops::RowAxpys(set, coeff_.data(), n, y);
+    if (integer) {
+      ops::RowAxpysInt(set, coeff_.data(), n, axpy_int_);
+    } else {
+      ops::RowAxpys(set, coeff_.data(), n, y);
+    }
   }
 }
 

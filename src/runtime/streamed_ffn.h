@@ -156,8 +156,14 @@ class StreamedFeedForward : public FeedForward {
   // unit] for token t) and adds it into y (n rows of g's payload: all its
   // parts, part_padded_elems elements each, as one row, so that every
   // record is read once, front to back).
+  // With `integer`, into axpy_int_ instead of y (ops::RowAxpysInt).
   void AxpyColumns(const Group& g, const UnitRows& rows, const float* src, size_t src_stride,
-                   size_t n, float* y);
+                   size_t n, float* y, bool integer);
+  // AxpyColumns over every unit of need_ (StreamGroup), added into y: in
+  // integers (ops::RowAxpysInt) where the kernels take the record type this
+  // way and the bundle records the group's largest block scale, else
+  // through RowAxpys.
+  void SumColumns(Group& g, const float* src, size_t src_stride, size_t n, float* y);
   Group& GroupFor(uint32_t layer, bundle::RecordKind kind);
 
   const bundle::Bundle& bundle_;
@@ -198,6 +204,9 @@ class StreamedFeedForward : public FeedForward {
   AlignedBuffer<float> glu_;
   float* gate_ = nullptr;
   float* up_ = nullptr;
+  // SumColumns' integer sums and each token's step.
+  ops::RowAxpyIntSums axpy_int_;
+  std::vector<float> axpy_steps_;
   TokenMasks masks_;
   std::vector<uint32_t> need_, misses_, candidates_, victims_, expired_, rows_, prefetched_;
   std::vector<uint32_t> row_units_, staged_, staged_units_;
