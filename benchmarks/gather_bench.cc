@@ -296,14 +296,11 @@ void AxpyInts(TensorType type, const std::vector<const uint8_t*>& rows, size_t c
 
 // The largest |a * d| over the rows' blocks and the tokens' coefficients,
 // in kAxpyIntMaxMultiple steps: the step that keeps every term's 15 bits.
-float AxpyIntStep(const std::vector<const uint8_t*>& rows, size_t cols, const float* a, size_t n) {
+float AxpyIntStep(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols,
+                  const float* a, size_t n) {
   float largest_scale = 0.0f, largest_a = 0.0f;
   for (const uint8_t* row : rows) {
-    for (size_t b = 0; b < cols / 32; ++b) {
-      uint16_t h;
-      std::memcpy(&h, row + 2 * b, 2);  // Q4_0S: the scales lead the row
-      largest_scale = std::max(largest_scale, std::fabs(simd::F16ToF32(h)));
-    }
+    largest_scale = std::max(largest_scale, simd::LargestBlockScale(type, row, cols));
   }
   for (size_t i = 0; i < n * rows.size(); ++i) largest_a = std::max(largest_a, std::fabs(a[i]));
   return largest_a * largest_scale / simd::kAxpyIntMaxMultiple;
@@ -566,7 +563,7 @@ int Main(int argc, char** argv) {
             };
             const size_t count = picked->size() * rows_per_record;
             const float step = kernel.kernel == Kernel::kAxpyInt
-                                   ? AxpyIntStep(rows_of(0), cols, coeff.data(), n)
+                                   ? AxpyIntStep(type, rows_of(0), cols, coeff.data(), n)
                                    : 0.0f;
             CallTimer timer;
             auto run = [&](const std::vector<const uint8_t*>& rows) {

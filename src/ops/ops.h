@@ -154,6 +154,8 @@ class RowAxpyIntSums {
   static bool Usable(TensorType type);
   // Bytes of the sums of n tokens over rows of `cols` elements.
   static uint64_t Bytes(size_t cols, size_t n);
+  // The most rows a token's sums may take (over all its calls).
+  static size_t MaxRows();
   // The step of a token whose largest |coefficient| is `largest_coefficient`
   // over rows whose largest |block scale| is `largest_scale`.
   static float Step(float largest_coefficient, float largest_scale);

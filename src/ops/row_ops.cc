@@ -416,6 +416,8 @@ uint64_t RowAxpyIntSums::Bytes(size_t cols, size_t n) {
   return uint64_t{n} * simd::AxpyIntSumsInts(cols) * sizeof(int32_t);
 }
 
+size_t RowAxpyIntSums::MaxRows() { return simd::kAxpyIntMaxRows; }
+
 float RowAxpyIntSums::Step(float largest_coefficient, float largest_scale) {
   return largest_coefficient * largest_scale / simd::kAxpyIntMaxMultiple;
 }

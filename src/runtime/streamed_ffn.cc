@@ -801,7 +801,7 @@ void StreamedFeedForward::SumColumns(Group& g, const float* src, size_t src_stri
   // Batches large enough for oneDNN's panels keep them (a token of such a
   // batch gets their products anyway, not the bits of its own run).
   bool integer = ops::RowAxpyIntSums::Usable(bundle_.record_type()) && info.largest_scale > 0.0f &&
-                 !ops::RowProductsUsePanels(n);
+                 info.n_units <= ops::RowAxpyIntSums::MaxRows() && !ops::RowProductsUsePanels(n);
   if (integer) {
     // Token t's step: its largest coefficient times the group's largest
     // block scale bounds every term before any record is read. A
