@@ -14,8 +14,15 @@
 //    taken off at the end, from the sum of the rows' m for each block.
 // Both are exact, so AxpyIntFinish gives the same bits from either.
 //
-// Measured on a 2 vCPU Zen 4 VM (AVX3_DL), one thread, Q4_0S rows of 2048
-// columns: see gather_bench (--kernels axpy-int) and README.
+// The quad form is raw AVX-512 code because Highway 1.0.3 has no 8-bit
+// dot product (int8_dot-inl.h). Measured on a 2 vCPU Zen 4 VM (AVX3_DL),
+// one thread, three rounds of `gather_bench --types q4_0s --shapes
+// 2048x5632 --kernels axpy,axpy-int --clock cpu`: rows in order 10.5-14.0
+// GB/s (AxpyRows' fp32 chain) against 15.4-22.8, a random quarter 8.3-10.0
+// against 12.0-15.3, rows in L2 15.4-15.8 against 26.1-26.7. The same
+// form for Q8_0 rows (two blocks per vector, bytes made unsigned) was
+// slower than AxpyRows from DRAM (10.5-15.1 against 13.7-18.7 GB/s) and
+// was not kept.
 
 #if defined(SPARROW_SIMD_AXPY_INT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SPARROW_SIMD_AXPY_INT_INL_H_
@@ -94,9 +101,9 @@ HWY_INLINE void AddNatural(const uint8_t* const* rows, size_t offset, size_t cou
   for (size_t k = 0; k < count; ++k) {
     if (a[k] == 0.0f) continue;
     const float s = a[k] * inv_step;
+    const uint8_t* row = rows[k] + offset;
     for (size_t s0 = 0; s0 < nblocks; s0 += kAxpyIntSpanBlocks) {
       const size_t span = std::min(kAxpyIntSpanBlocks, nblocks - s0);
-      const uint8_t* row = rows[k] + offset;
       RowMultiples(layout.Scale(row, b0 + s0), span, s, m);
       for (size_t j = 0; j < span; ++j) {
         if (m[j] == 0) continue;

@@ -102,7 +102,15 @@ size_t AxpyRowElems(const bundle::Bundle& b) {
 // row pointers, panels and (types without a gather kernel) per-thread sums,
 // over chunks of at most `width` rows, and SumColumns' integer sums.
 uint64_t KernelScratchBytes(const bundle::Bundle& b, size_t width, size_t max_batch) {
-  const uint64_t integer_sums = ops::RowAxpyIntSums::Usable(b.record_type())
+  // SumColumns' integer sums, where a group it sums can take them (its
+  // largest block scale recorded).
+  bool bounded = false;
+  for (const bundle::UnitGroup& g : b.groups()) {
+    const bool summed =
+        g.kind == bundle::RecordKind::kDipInput || g.kind == bundle::RecordKind::kDipOutput;
+    bounded |= summed && g.largest_scale > 0.0f;
+  }
+  const uint64_t integer_sums = ops::RowAxpyIntSums::Usable(b.record_type()) && bounded
                                     ? ops::RowAxpyIntSums::Bytes(AxpyRowElems(b), max_batch)
                                     : 0;
   return ops::RowDotsScratchBytes(b.record_type(), DotRowElems(b), /*max_rows=*/width, max_batch) +
