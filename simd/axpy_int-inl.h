@@ -12,6 +12,8 @@
 //    high nibble masked off (the low column) and one the whole byte: the
 //    high column's sum is (whole - low) / 16. The -8 of each nibble is
 //    taken off at the end, from the sum of the rows' m for each block.
+//    Q4_0 rows (blocks of 18 bytes) get four blocks' nibbles into one
+//    vector with a byte permute and an insert, as Q4_0S keeps them.
 // Both are exact, so AxpyIntFinish gives the same bits from either.
 //
 // The quad form is raw AVX-512 code because Highway 1.0.3 has no 8-bit
@@ -19,7 +21,8 @@
 // one thread, three rounds of `gather_bench --types q4_0s --shapes
 // 2048x5632 --kernels axpy,axpy-int --clock cpu`: rows in order 10.5-14.0
 // GB/s (AxpyRows' fp32 chain) against 15.4-22.8, a random quarter 8.3-10.0
-// against 12.0-15.3, rows in L2 15.4-15.8 against 26.1-26.7. The same
+// against 12.0-15.3, rows in L2 15.4-15.8 against 26.1-26.7; Q4_0 rows in
+// order 9.6-11.3 against 12.6-14.0, in L2 6.4-11.3 against 15.6. The same
 // form for Q8_0 rows (two blocks per vector, bytes made unsigned) was
 // slower than AxpyRows from DRAM (10.5-15.1 against 13.7-18.7 GB/s) and
 // was not kept.
@@ -38,6 +41,7 @@
 
 #include <hwy/highway.h>
 
+#include "base/tensor_type.h"
 #include "simd/axpy_int.h"
 #include "simd/gemv-inl.h"      // LoadHalves, kMaxFloatLanes
 #include "simd/int8_dot-inl.h"  // SPARROW_INT8_VNNI
@@ -53,13 +57,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Blocks whose multiples one pass computes at a time (a stack buffer).
 inline constexpr size_t kAxpyIntSpanBlocks = 64;
 
-// m[0..count) for one row's blocks whose f16 scales start at `scales`:
-// the multiple of the step nearest to d * s (s = a * inv_step), clamped to
-// +-kAxpyIntMaxMultiple, NaN as 0. Rounds by adding and subtracting
-// 1.5 * 2^23, which is round-to-nearest-even on every target for values
-// this small (Highway's NearestInt rounds differently on some targets).
-HWY_INLINE void RowMultiples(const uint8_t* HWY_RESTRICT scales, size_t count, float s,
-                             int32_t* HWY_RESTRICT m) {
+// m[0..count) for one row's blocks whose f16 scales are `stride` bytes
+// apart from `scales` on: the multiple of the step nearest to d * s
+// (s = a * inv_step), clamped to +-kAxpyIntMaxMultiple, NaN as 0. Rounds by
+// adding and subtracting 1.5 * 2^23, which is round-to-nearest-even on
+// every target for values this small (Highway's NearestInt rounds
+// differently on some targets).
+HWY_INLINE void RowMultiples(const uint8_t* HWY_RESTRICT scales, size_t stride, size_t count,
+                             float s, int32_t* HWY_RESTRICT m) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const size_t N = hn::Lanes(df);
@@ -68,7 +73,15 @@ HWY_INLINE void RowMultiples(const uint8_t* HWY_RESTRICT scales, size_t count, f
   const auto magic = hn::Set(df, 12582912.0f);
   for (size_t b = 0; b < count; b += N) {
     const size_t n = std::min(N, count - b);
-    auto p = hn::Mul(LoadHalves(df, scales + 2 * b, n), vs);
+    hn::Vec<decltype(df)> d;
+    if (stride == 2) {
+      d = LoadHalves(df, scales + 2 * b, n);
+    } else {  // Q4_0's scales, one per 18-byte block
+      HWY_ALIGN uint8_t halves[2 * kMaxFloatLanes];
+      for (size_t j = 0; j < n; ++j) std::memcpy(halves + 2 * j, scales + (b + j) * stride, 2);
+      d = LoadHalves(df, halves, n);
+    }
+    auto p = hn::Mul(d, vs);
     p = hn::IfThenElseZero(hn::Eq(p, p), p);
     p = hn::Min(hn::Max(p, hn::Neg(limit)), limit);
     const auto mi = hn::ConvertTo(di, hn::Sub(hn::Add(p, magic), magic));
@@ -85,10 +98,10 @@ HWY_INLINE void RowMultiples(const uint8_t* HWY_RESTRICT scales, size_t count, f
 // The signed bytes of m = 256 * hi + lo (lo in [-128, 127]).
 HWY_INLINE int32_t MultipleHi(int32_t m) { return (m + 128) >> 8; }
 
-// Natural form over blocks [b0, b0 + nblocks) of Q4_0S rows with `row_blocks`
-// blocks: hi[32 * j + i] and lo[...] gain the terms of block b0 + j's
-// column i.
-HWY_INLINE void AddNatural(const uint8_t* const* rows, size_t offset, size_t count,
+// Natural form over blocks [b0, b0 + nblocks) of Q4_0S (split) or Q4_0
+// rows with `row_blocks` blocks: hi[32 * j + i] and lo[...] gain the terms
+// of block b0 + j's column i.
+HWY_INLINE void AddNatural(const uint8_t* const* rows, size_t offset, bool split, size_t count,
                            size_t row_blocks, size_t b0, size_t nblocks, const float* a,
                            float inv_step, int32_t* HWY_RESTRICT hi, int32_t* HWY_RESTRICT lo) {
   const hn::CappedTag<int32_t, 16> di;
@@ -96,7 +109,7 @@ HWY_INLINE void AddNatural(const uint8_t* const* rows, size_t offset, size_t cou
   const size_t N = hn::Lanes(di);
   const auto mask = hn::Set(di, 15);
   const auto eight = hn::Set(di, 8);
-  const Q4_0Layout layout = Q4_0Layout::Split(row_blocks);
+  const Q4_0Layout layout = Q4_0Layout::For(split, row_blocks);
   int32_t m[kAxpyIntSpanBlocks];
   for (size_t k = 0; k < count; ++k) {
     if (a[k] == 0.0f) continue;
@@ -104,7 +117,7 @@ HWY_INLINE void AddNatural(const uint8_t* const* rows, size_t offset, size_t cou
     const uint8_t* row = rows[k] + offset;
     for (size_t s0 = 0; s0 < nblocks; s0 += kAxpyIntSpanBlocks) {
       const size_t span = std::min(kAxpyIntSpanBlocks, nblocks - s0);
-      RowMultiples(layout.Scale(row, b0 + s0), span, s, m);
+      RowMultiples(layout.Scale(row, b0 + s0), layout.scale_stride, span, s, m);
       for (size_t j = 0; j < span; ++j) {
         if (m[j] == 0) continue;
         const int32_t h = MultipleHi(m[j]);
@@ -172,13 +185,25 @@ HWY_INLINE void NextQuadRows(const uint8_t* const* rows, size_t count, const flo
   }
 }
 
-// Multiples of 16 (or the first n < 16) blocks' scales of one row, as
-// RowMultiples computes them (NaN as 0, clamped, then rounded to nearest
-// even by the conversion, in the default rounding mode): one operation
-// each.
-HWY_INLINE __m512i RowMultiples16(const uint8_t* scales, size_t n, float s) {
+// Multiples of 16 (or the first n < 16) blocks' scales of one row, `stride`
+// bytes apart, as RowMultiples computes them (NaN as 0, clamped, then
+// rounded to nearest even by the conversion, in the default rounding
+// mode): one operation each.
+HWY_INLINE __m512i RowMultiples16(const uint8_t* scales, size_t stride, size_t n, float s) {
   const __mmask16 valid = static_cast<__mmask16>((1u << n) - 1);
-  const __m512 d = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(valid, scales));
+  __m256i halves;
+  if (stride == 2) {
+    halves = _mm256_maskz_loadu_epi16(valid, scales);
+  } else {
+    // Each lane's 4 bytes from its block's start: the scale and two nibble
+    // bytes (whole blocks, so nothing past the row is read).
+    const __m512i at =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(static_cast<int32_t>(stride)));
+    halves = _mm512_cvtepi32_epi16(
+        _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, at, scales, 1));
+  }
+  const __m512 d = _mm512_cvtph_ps(halves);
   const __m512 limit = _mm512_set1_ps(static_cast<float>(kAxpyIntMaxMultiple));
   __m512 p = _mm512_mul_ps(d, _mm512_set1_ps(s));
   p = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, p, _CMP_ORD_Q), p);
@@ -207,7 +232,7 @@ struct QuadByteIndex {
 // row r in byte r; msum[j] gains the rows' m. lo is m's low byte, hi the
 // high byte of m + 128.
 HWY_INLINE void QuadCoefficients(const uint8_t* const* rows, const float* s, size_t scale_at,
-                                 size_t nblocks, uint32_t* HWY_RESTRICT hi,
+                                 size_t stride, size_t nblocks, uint32_t* HWY_RESTRICT hi,
                                  uint32_t* HWY_RESTRICT lo, int32_t* HWY_RESTRICT msum) {
   static constexpr QuadByteIndex kIndex;
   const __m512i low_index = _mm512_load_si512(kIndex.at);
@@ -215,10 +240,11 @@ HWY_INLINE void QuadCoefficients(const uint8_t* const* rows, const float* s, siz
   const __m512i bias = _mm512_set1_epi16(128);
   for (size_t b = 0; b < nblocks; b += 16) {
     const size_t n = std::min<size_t>(16, nblocks - b);
-    const __m512i m0 = RowMultiples16(rows[0] + scale_at + 2 * b, n, s[0]);
-    const __m512i m1 = RowMultiples16(rows[1] + scale_at + 2 * b, n, s[1]);
-    const __m512i m2 = RowMultiples16(rows[2] + scale_at + 2 * b, n, s[2]);
-    const __m512i m3 = RowMultiples16(rows[3] + scale_at + 2 * b, n, s[3]);
+    const size_t at = scale_at + stride * b;
+    const __m512i m0 = RowMultiples16(rows[0] + at, stride, n, s[0]);
+    const __m512i m1 = RowMultiples16(rows[1] + at, stride, n, s[1]);
+    const __m512i m2 = RowMultiples16(rows[2] + at, stride, n, s[2]);
+    const __m512i m3 = RowMultiples16(rows[3] + at, stride, n, s[3]);
     const __mmask16 valid = static_cast<__mmask16>((1u << n) - 1);
     const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(m0, m1), _mm512_add_epi32(m2, m3));
     _mm512_mask_storeu_epi32(msum + b, valid,
@@ -249,11 +275,32 @@ HWY_INLINE __m512i DotBytes(__m512i acc, __m512i u8, __m512i s8) {
 // One chunk of one pass: the pass's kQuads quads of rows added to the
 // chunk's 16 vectors of sums (h and l: 128 int32 each), which stay in
 // registers for the whole pass (a fixed count, so the loops unroll).
-template <size_t kQuads>
+// Four blocks' 16 nibble bytes of a Q4_0 row, 18 bytes apart from p on,
+// in the 128-bit lanes of one vector (as Q4_0S keeps them): the first
+// three picked out of one load, the fourth loaded into lane 3.
+struct InterleavedIndex {
+  alignas(64) uint8_t at[64];
+  constexpr InterleavedIndex() : at() {
+    for (size_t k = 0; k < 3; ++k) {
+      for (size_t j = 0; j < 16; ++j) at[16 * k + j] = static_cast<uint8_t>(18 * k + j);
+    }
+  }
+};
+HWY_INLINE __m512i FourBlocksNibbles(const uint8_t* p) {
+  static constexpr InterleavedIndex kIndex;
+  const __m512i three =
+      _mm512_permutexvar_epi8(_mm512_load_si512(kIndex.at), _mm512_loadu_si512(p));
+  return _mm512_inserti32x4(three, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 54)), 3);
+}
+
+template <size_t kQuads, bool kSplit>
 HWY_INLINE void QuadsChunk(const QuadRows& pass, const uint32_t (*chi)[kAxpyIntSpanBlocks],
                            const uint32_t (*clo)[kAxpyIntSpanBlocks], size_t at, size_t c,
                            int32_t* HWY_RESTRICT h, int32_t* HWY_RESTRICT l) {
   const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
+  const auto load = [&](const uint8_t* row) HWY_ATTR {
+    return kSplit ? _mm512_loadu_si512(row + at) : FourBlocksNibbles(row + at);
+  };
   __m512i ah[8], al[8];
   HWY_UNROLL(8)
   for (size_t v = 0; v < 8; ++v) {
@@ -263,10 +310,7 @@ HWY_INLINE void QuadsChunk(const QuadRows& pass, const uint32_t (*chi)[kAxpyIntS
   HWY_UNROLL(1)  // unrolled, the quads' loads ran out of registers
   for (size_t q = 0; q < kQuads; ++q) {
     const uint8_t* const* r4 = pass.rows + 4 * q;
-    const __m512i r0 = _mm512_loadu_si512(r4[0] + at);
-    const __m512i r1 = _mm512_loadu_si512(r4[1] + at);
-    const __m512i r2 = _mm512_loadu_si512(r4[2] + at);
-    const __m512i r3 = _mm512_loadu_si512(r4[3] + at);
+    const __m512i r0 = load(r4[0]), r1 = load(r4[1]), r2 = load(r4[2]), r3 = load(r4[3]);
     const __m512i p01l = _mm512_unpacklo_epi8(r0, r1), p01h = _mm512_unpackhi_epi8(r0, r1);
     const __m512i p23l = _mm512_unpacklo_epi8(r2, r3), p23h = _mm512_unpackhi_epi8(r2, r3);
     // Byte i of each row's block, for i in [0, 4), [4, 8), [8, 12), [12, 16).
@@ -292,19 +336,23 @@ HWY_INLINE void QuadsChunk(const QuadRows& pass, const uint32_t (*chi)[kAxpyIntS
 // Quad form over whole chunks [0, nchunks) of the window starting at block
 // b0 of rows with row_blocks blocks: hi/lo hold 128 int32 per chunk, msum
 // one per block.
+template <bool kSplit>
 HWY_INLINE void AddQuads(const uint8_t* const* rows, size_t offset, size_t count, size_t row_blocks,
                          size_t b0, size_t nchunks, const float* a, float inv_step,
                          int32_t* HWY_RESTRICT hi, int32_t* HWY_RESTRICT lo,
                          int32_t* HWY_RESTRICT msum) {
-  const Q4_0Layout layout = Q4_0Layout::Split(row_blocks);
+  const Q4_0Layout layout = Q4_0Layout::For(kSplit, row_blocks);
   constexpr size_t kSpanChunks = kAxpyIntSpanBlocks / kQuadChunkBlocks;
+  // Bytes from a chunk's first nibble byte to the next chunk's (Q4_0:
+  // with the scales between the blocks).
+  constexpr size_t kChunkBytes = kQuadChunkBlocks * (kSplit ? 16 : sizeof(BlockQ4_0));
   alignas(64) uint32_t chi[kQuadsPerPass][kAxpyIntSpanBlocks];
   alignas(64) uint32_t clo[kQuadsPerPass][kAxpyIntSpanBlocks];
   for (size_t c0 = 0; c0 < nchunks; c0 += kSpanChunks) {
     const size_t span_chunks = std::min(kSpanChunks, nchunks - c0);
     const size_t sb = b0 + c0 * kQuadChunkBlocks;  // the span's first block in the row
-    const size_t scale_at = offset + 2 * sb;
-    const size_t nibbles_at = offset + layout.nibbles_at + 16 * sb;
+    const size_t scale_at = offset + layout.scale_stride * sb;
+    const size_t nibbles_at = offset + layout.nibbles_at + layout.nibble_stride * sb;
     size_t k = 0;
     QuadRows pass, next;
     NextQuadRows(rows, count, a, inv_step, &k, &next);
@@ -312,35 +360,38 @@ HWY_INLINE void AddQuads(const uint8_t* const* rows, size_t offset, size_t count
       pass = next;
       NextQuadRows(rows, count, a, inv_step, &k, &next);
       for (size_t q = 0; q < pass.quads; ++q) {
-        QuadCoefficients(pass.rows + 4 * q, pass.s + 4 * q, scale_at,
+        QuadCoefficients(pass.rows + 4 * q, pass.s + 4 * q, scale_at, layout.scale_stride,
                          span_chunks * kQuadChunkBlocks, chi[q], clo[q],
                          msum + c0 * kQuadChunkBlocks);
       }
       // The next pass's span is prefetched into L2 a chunk at a time
-      // (its scales, 8 bytes a chunk, with the first ones).
+      // (Q4_0S: its scales, 8 bytes a chunk, with the first ones).
       const size_t ahead = 4 * next.quads;
       for (size_t c = 0; c < span_chunks; ++c) {
+        const size_t at = nibbles_at + kChunkBytes * c;
         for (size_t r = 0; r < ahead; ++r) {
-          PrefetchLine(next.rows[r] + nibbles_at + 64 * c, /*into_l2=*/true);
-          if (64 * c < 8 * span_chunks + 64) {
+          PrefetchLine(next.rows[r] + at, /*into_l2=*/true);
+          if (!kSplit) {  // 72 bytes: the next line or two
+            PrefetchLine(next.rows[r] + at + 64, /*into_l2=*/true);
+            PrefetchLine(next.rows[r] + at + kChunkBytes - 1, /*into_l2=*/true);
+          } else if (64 * c < 8 * span_chunks + 64) {
             PrefetchLine(next.rows[r] + scale_at + 64 * c, /*into_l2=*/true);
           }
         }
-        const size_t at = nibbles_at + 64 * c;
         int32_t* h = hi + kQuadChunkCols * (c0 + c);
         int32_t* l = lo + kQuadChunkCols * (c0 + c);
         switch (pass.quads) {
           case 1:
-            QuadsChunk<1>(pass, chi, clo, at, c, h, l);
+            QuadsChunk<1, kSplit>(pass, chi, clo, at, c, h, l);
             break;
           case 2:
-            QuadsChunk<2>(pass, chi, clo, at, c, h, l);
+            QuadsChunk<2, kSplit>(pass, chi, clo, at, c, h, l);
             break;
           case 3:
-            QuadsChunk<3>(pass, chi, clo, at, c, h, l);
+            QuadsChunk<3, kSplit>(pass, chi, clo, at, c, h, l);
             break;
           default:
-            QuadsChunk<4>(pass, chi, clo, at, c, h, l);
+            QuadsChunk<4, kSplit>(pass, chi, clo, at, c, h, l);
             break;
         }
       }
@@ -402,21 +453,27 @@ HWY_INLINE SumsLayout LayoutFor(size_t width) {
 #endif
 }
 
-HWY_INLINE void AxpyIntAddImpl(const uint8_t* const* rows, size_t count, size_t cols, size_t first,
-                               size_t width, const float* a, float inv_step, int32_t* sums,
-                               size_t offset) {
+HWY_INLINE void AxpyIntAddImpl(TensorType type, const uint8_t* const* rows, size_t count,
+                               size_t cols, size_t first, size_t width, const float* a,
+                               float inv_step, int32_t* sums, size_t offset) {
   const SumsLayout s = LayoutFor(width);
   const size_t row_blocks = cols / 32, b0 = first / 32;
+  const bool split = type == TensorType::kQ4_0S;
 #ifdef SPARROW_INT8_VNNI
   if (s.quad_chunks > 0) {
-    AddQuads(rows, offset, count, row_blocks, b0, s.quad_chunks, a, inv_step, s.hi(sums),
-             s.lo(sums), s.msum(sums));
+    if (split) {
+      AddQuads<true>(rows, offset, count, row_blocks, b0, s.quad_chunks, a, inv_step, s.hi(sums),
+                     s.lo(sums), s.msum(sums));
+    } else {
+      AddQuads<false>(rows, offset, count, row_blocks, b0, s.quad_chunks, a, inv_step, s.hi(sums),
+                      s.lo(sums), s.msum(sums));
+    }
   }
 #endif
   const size_t done = s.natural_at();
   if (done < width) {
-    AddNatural(rows, offset, count, row_blocks, b0 + done / 32, (width - done) / 32, a, inv_step,
-               s.hi(sums) + done, s.lo(sums) + done);
+    AddNatural(rows, offset, split, count, row_blocks, b0 + done / 32, (width - done) / 32, a,
+               inv_step, s.hi(sums) + done, s.lo(sums) + done);
   }
 }
 

@@ -12,9 +12,10 @@ HWY_BEFORE_NAMESPACE();
 namespace sparrow::simd {
 namespace HWY_NAMESPACE {
 
-void AxpyIntAddT(const uint8_t* const* rows, size_t count, size_t cols, size_t first, size_t width,
-                 const float* a, float inv_step, int32_t* sums, size_t offset) {
-  AxpyIntAddImpl(rows, count, cols, first, width, a, inv_step, sums, offset);
+void AxpyIntAddT(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
+                 size_t first, size_t width, const float* a, float inv_step, int32_t* sums,
+                 size_t offset) {
+  AxpyIntAddImpl(type, rows, count, cols, first, width, a, inv_step, sums, offset);
 }
 
 void AxpyIntFinishT(size_t width, const int32_t* sums, float step, float* y) {
@@ -61,7 +62,9 @@ void CheckArguments(const char* what, TensorType type, size_t cols, size_t first
 
 }  // namespace
 
-bool AxpyIntSupports(TensorType type) { return type == TensorType::kQ4_0S; }
+bool AxpyIntSupports(TensorType type) {
+  return type == TensorType::kQ4_0S || type == TensorType::kQ4_0;
+}
 
 bool AxpyIntFast() { return HWY_DYNAMIC_DISPATCH(AxpyIntFastT)(); }
 
@@ -71,7 +74,8 @@ void AxpyIntAdd(TensorType type, const uint8_t* const* rows, size_t count, size_
                 size_t first, size_t width, const float* a, float inv_step, int32_t* sums,
                 size_t offset) {
   CheckArguments("AxpyIntAdd", type, cols, first, width);
-  HWY_DYNAMIC_DISPATCH(AxpyIntAddT)(rows, count, cols, first, width, a, inv_step, sums, offset);
+  HWY_DYNAMIC_DISPATCH(AxpyIntAddT)
+  (type, rows, count, cols, first, width, a, inv_step, sums, offset);
 }
 
 void AxpyIntFinish(size_t width, const int32_t* sums, float step, float* y) {
@@ -82,7 +86,7 @@ void AxpyIntReference(TensorType type, const uint8_t* const* rows, size_t count,
                       size_t first, size_t width, const float* a, float inv_step, float step,
                       float* y) {
   CheckArguments("AxpyIntReference", type, cols, first, width);
-  const Q4_0Layout layout = Q4_0Layout::Split(cols / 32);
+  const Q4_0Layout layout = Q4_0Layout::For(type == TensorType::kQ4_0S, cols / 32);
   std::vector<int64_t> total(width, 0);
   for (size_t k = 0; k < count; ++k) {
     if (a[k] == 0.0f) continue;

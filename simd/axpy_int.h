@@ -1,4 +1,4 @@
-// AxpyRows in integers: one token's weighted sum of Q4_0S rows,
+// AxpyRows in integers: one token's weighted sum of Q4_0S or Q4_0 rows,
 //   y[i] += sum_k a[k] * rows[k][i],
 // with the products kept as exact integer sums instead of one fp32
 // multiply-add per term (simd/gather.h: AxpyRows).
@@ -41,7 +41,7 @@ inline constexpr int32_t kAxpyIntMaxMultiple = 32639;
 // sums hold 65536 rows' terms of up to 127 * 255 each.
 inline constexpr size_t kAxpyIntMaxRows = 65536;
 
-// Types AxpyIntAdd takes (Q4_0S).
+// Types AxpyIntAdd takes (Q4_0S, Q4_0).
 bool AxpyIntSupports(TensorType type);
 // Whether the current target sums in integers faster than AxpyRows
 // (x86 with AVX-512 VNNI); elsewhere the portable form is for tests and

@@ -20,47 +20,40 @@
 namespace sparrow::simd {
 namespace {
 
-// A Q4_0S row: random nibbles, scales of random sign and size (f16).
-std::vector<uint8_t> RandomRow(size_t cols, std::mt19937& rng) {
+constexpr TensorType kTypes[] = {TensorType::kQ4_0S, TensorType::kQ4_0};
+
+// A row of `type`: random nibbles, scales of random sign and size (f16),
+// all in front (Q4_0S) or each at its block's start (Q4_0).
+std::vector<uint8_t> RandomRow(TensorType type, size_t cols, std::mt19937& rng) {
   const size_t blocks = cols / 32;
   std::vector<uint8_t> row(blocks * 18);
+  for (uint8_t& byte : row) byte = static_cast<uint8_t>(rng());
   std::uniform_real_distribution<float> size(0.001f, 0.05f);
   std::bernoulli_distribution negative(0.3);
   for (size_t b = 0; b < blocks; ++b) {
     const uint16_t h = F32ToF16(negative(rng) ? -size(rng) : size(rng));
-    std::memcpy(row.data() + 2 * b, &h, 2);
+    std::memcpy(row.data() + (type == TensorType::kQ4_0S ? 2 : 18) * b, &h, 2);
   }
-  for (size_t i = 2 * blocks; i < row.size(); ++i) row[i] = static_cast<uint8_t>(rng());
   return row;
 }
 
-// The step an engine would pick: the largest |a * d| over the rows is
-// kAxpyIntMaxMultiple steps.
-float StepFor(const std::vector<std::vector<uint8_t>>& rows, const std::vector<float>& a) {
-  float largest = 0.0f;
-  for (size_t k = 0; k < rows.size(); ++k) {
-    for (size_t b = 0; b < rows[k].size() / 18; ++b) {
-      uint16_t h;
-      std::memcpy(&h, rows[k].data() + 2 * b, 2);
-      largest = std::max(largest, std::fabs(a[k] * F16ToF32(h)));
-    }
-  }
-  return largest / kAxpyIntMaxMultiple;
-}
-
 struct Problem {
+  TensorType type;
+  size_t cols;
   std::vector<std::vector<uint8_t>> storage;
   std::vector<const uint8_t*> rows;
   std::vector<float> a;
   std::vector<float> y0;
 };
 
-Problem MakeProblem(size_t cols, size_t count, std::mt19937& rng) {
+Problem MakeProblem(TensorType type, size_t cols, size_t count, std::mt19937& rng) {
   Problem p;
+  p.type = type;
+  p.cols = cols;
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::bernoulli_distribution zero(0.25);
   for (size_t k = 0; k < count; ++k) {
-    p.storage.push_back(RandomRow(cols, rng));
+    p.storage.push_back(RandomRow(type, cols, rng));
     p.a.push_back(zero(rng) ? 0.0f : normal(rng));
   }
   for (const auto& r : p.storage) p.rows.push_back(r.data());
@@ -68,10 +61,21 @@ Problem MakeProblem(size_t cols, size_t count, std::mt19937& rng) {
   return p;
 }
 
+// The step an engine would pick: the largest |a * d| over the rows is
+// kAxpyIntMaxMultiple steps.
+float StepFor(const Problem& p) {
+  float largest = 0.0f;
+  for (size_t k = 0; k < p.storage.size(); ++k) {
+    largest = std::max(largest,
+                       std::fabs(p.a[k]) * LargestBlockScale(p.type, p.storage[k].data(), p.cols));
+  }
+  return largest / kAxpyIntMaxMultiple;
+}
+
 // The kernels' result for columns [first, first + width): the rows in a
 // shuffled order, split into `calls` calls.
-std::vector<float> KernelSum(const Problem& p, size_t cols, size_t first, size_t width, float step,
-                             size_t calls, std::mt19937& rng) {
+std::vector<float> KernelSum(const Problem& p, size_t first, size_t width, float step, size_t calls,
+                             std::mt19937& rng) {
   std::vector<size_t> order(p.rows.size());
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng);
@@ -85,18 +89,17 @@ std::vector<float> KernelSum(const Problem& p, size_t cols, size_t first, size_t
   const size_t per_call = (rows.size() + calls - 1) / calls;
   for (size_t k = 0; k < rows.size(); k += per_call) {
     const size_t n = std::min(per_call, rows.size() - k);
-    AxpyIntAdd(TensorType::kQ4_0S, rows.data() + k, n, cols, first, width, a.data() + k,
-               1.0f / step, sums.data());
+    AxpyIntAdd(p.type, rows.data() + k, n, p.cols, first, width, a.data() + k, 1.0f / step,
+               sums.data());
   }
   std::vector<float> y(p.y0.begin() + first, p.y0.begin() + first + width);
   AxpyIntFinish(width, sums.data(), step, y.data());
   return y;
 }
 
-std::vector<float> ReferenceSum(const Problem& p, size_t cols, size_t first, size_t width,
-                                float step) {
+std::vector<float> ReferenceSum(const Problem& p, size_t first, size_t width, float step) {
   std::vector<float> y(p.y0.begin() + first, p.y0.begin() + first + width);
-  AxpyIntReference(TensorType::kQ4_0S, p.rows.data(), p.rows.size(), cols, first, width, p.a.data(),
+  AxpyIntReference(p.type, p.rows.data(), p.rows.size(), p.cols, first, width, p.a.data(),
                    1.0f / step, step, y.data());
   return y;
 }
@@ -115,19 +118,22 @@ TEST_CASE("AxpyIntAdd and AxpyIntFinish give the reference's bits in any row ord
   const Shape shapes[] = {{96, 5}, {160, 17}, {2048, 1}, {2048, 70}, {4160, 21}};
   ForEachTarget([&](const Target& target) {
     std::mt19937 rng(7);
-    for (const Shape& shape : shapes) {
-      const Problem p = MakeProblem(shape.cols, shape.count, rng);
-      // Whole rows, and a window that starts and ends inside them.
-      const size_t windows[][2] = {{0, shape.cols}, {32, shape.cols - 64}};
-      // The engine's step, and one a quarter of it (multiples clamped).
-      for (float step_scale : {1.0f, 0.25f}) {
-        const float step = StepFor(p.storage, p.a) * step_scale;
-        for (const auto& w : windows) {
-          const std::vector<float> want = ReferenceSum(p, shape.cols, w[0], w[1], step);
-          for (size_t calls : {1, 3}) {
-            INFO(target.name, " cols ", shape.cols, " rows ", shape.count, " window ", w[0], "+",
-                 w[1], " step x", step_scale, " calls ", calls);
-            CHECK(SameBits(KernelSum(p, shape.cols, w[0], w[1], step, calls, rng), want));
+    for (TensorType type : kTypes) {
+      for (const Shape& shape : shapes) {
+        const Problem p = MakeProblem(type, shape.cols, shape.count, rng);
+        // Whole rows, and a window that starts and ends inside them.
+        const size_t windows[][2] = {{0, shape.cols}, {32, shape.cols - 64}};
+        // The engine's step, and one a quarter of it (multiples clamped).
+        for (float step_scale : {1.0f, 0.25f}) {
+          const float step = StepFor(p) * step_scale;
+          for (const auto& w : windows) {
+            const std::vector<float> want = ReferenceSum(p, w[0], w[1], step);
+            for (size_t calls : {1, 3}) {
+              INFO(target.name, " ", TensorTypeName(type), " cols ", shape.cols, " rows ",
+                   shape.count, " window ", w[0], "+", w[1], " step x", step_scale, " calls ",
+                   calls);
+              CHECK(SameBits(KernelSum(p, w[0], w[1], step, calls, rng), want));
+            }
           }
         }
       }
@@ -138,19 +144,20 @@ TEST_CASE("AxpyIntAdd and AxpyIntFinish give the reference's bits in any row ord
 TEST_CASE("AxpyInt is within its rounding of the exact sum") {
   ForEachTarget([&](const Target& target) {
     std::mt19937 rng(11);
-    const size_t cols = 2048, count = 200;
-    const Problem p = MakeProblem(cols, count, rng);
-    const float step = StepFor(p.storage, p.a);
-    std::vector<float> exact = p.y0;
-    AxpyRowsReference(TensorType::kQ4_0S, p.rows.data(), count, cols, p.a.data(), count, 1,
-                      exact.data(), cols);
-    const std::vector<float> got = KernelSum(p, cols, 0, cols, step, 2, rng);
-    // Each term's multiple is off by at most half a step, times |q - 8| <= 8;
-    // the sums are exact, then rounded to float twice (the product, the add).
-    for (size_t i = 0; i < cols; ++i) {
-      INFO(target.name, " column ", i);
-      const double bound = count * 4.0 * step + 4e-7 * (std::fabs(exact[i]) + 1.0);
-      CHECK(std::fabs(static_cast<double>(got[i]) - exact[i]) <= bound);
+    for (TensorType type : kTypes) {
+      const size_t cols = 2048, count = 200;
+      const Problem p = MakeProblem(type, cols, count, rng);
+      const float step = StepFor(p);
+      std::vector<float> exact = p.y0;
+      AxpyRowsReference(type, p.rows.data(), count, cols, p.a.data(), count, 1, exact.data(), cols);
+      const std::vector<float> got = KernelSum(p, 0, cols, step, 2, rng);
+      // Each term's multiple is off by at most half a step, times |q - 8| <= 8;
+      // the sums are exact, then rounded to float twice (the product, the add).
+      for (size_t i = 0; i < cols; ++i) {
+        INFO(target.name, " ", TensorTypeName(type), " column ", i);
+        const double bound = count * 4.0 * step + 4e-7 * (std::fabs(exact[i]) + 1.0);
+        CHECK(std::fabs(static_cast<double>(got[i]) - exact[i]) <= bound);
+      }
     }
   });
 }
@@ -159,42 +166,45 @@ TEST_CASE(
     "AxpyInt counts NaN coefficients as zero and does not read rows whose coefficient is zero") {
   ForEachTarget([&](const Target& target) {
     std::mt19937 rng(3);
-    const size_t cols = 256, count = 9;
-    Problem p = MakeProblem(cols, count, rng);
-    p.a[0] = 1.0f;
-    const float step = StepFor(p.storage, p.a);
-    Problem zeroed = p;
-    zeroed.a[4] = 0.0f;
-    zeroed.rows[4] = nullptr;  // never read
-    Problem nan = p;
-    nan.a[4] = std::numeric_limits<float>::quiet_NaN();
-    INFO(target.name);
-    CHECK(SameBits(KernelSum(nan, cols, 0, cols, step, 1, rng),
-                   KernelSum(zeroed, cols, 0, cols, step, 1, rng)));
+    for (TensorType type : kTypes) {
+      Problem p = MakeProblem(type, 256, 9, rng);
+      p.a[0] = 1.0f;
+      const float step = StepFor(p);
+      Problem zeroed = p;
+      zeroed.a[4] = 0.0f;
+      zeroed.rows[4] = nullptr;  // never read
+      Problem nan = p;
+      nan.a[4] = std::numeric_limits<float>::quiet_NaN();
+      INFO(target.name, " ", TensorTypeName(type));
+      CHECK(
+          SameBits(KernelSum(nan, 0, 256, step, 1, rng), KernelSum(zeroed, 0, 256, step, 1, rng)));
+    }
   });
 }
 
 TEST_CASE("AxpyIntAdd reads its rows `offset` bytes after their pointers") {
   ForEachTarget([&](const Target& target) {
     std::mt19937 rng(5);
-    const size_t cols = 640, count = 11, offset = 1170;  // a record's later part
-    const Problem p = MakeProblem(cols, count, rng);
-    std::vector<std::vector<uint8_t>> records;
-    std::vector<const uint8_t*> starts;
-    for (const auto& row : p.storage) {
-      std::vector<uint8_t> record(offset, 0xAB);
-      record.insert(record.end(), row.begin(), row.end());
-      records.push_back(std::move(record));
+    for (TensorType type : kTypes) {
+      const size_t cols = 640, count = 11, offset = 1170;  // a record's later part
+      const Problem p = MakeProblem(type, cols, count, rng);
+      std::vector<std::vector<uint8_t>> records;
+      std::vector<const uint8_t*> starts;
+      for (const auto& row : p.storage) {
+        std::vector<uint8_t> record(offset, 0xAB);
+        record.insert(record.end(), row.begin(), row.end());
+        records.push_back(std::move(record));
+      }
+      for (const auto& r : records) starts.push_back(r.data());
+      const float step = StepFor(p);
+      std::vector<int32_t> sums(AxpyIntSumsInts(cols - 64), 0);
+      AxpyIntAdd(type, starts.data(), count, cols, 32, cols - 64, p.a.data(), 1.0f / step,
+                 sums.data(), offset);
+      std::vector<float> y(p.y0.begin() + 32, p.y0.end() - 32);
+      AxpyIntFinish(cols - 64, sums.data(), step, y.data());
+      INFO(target.name, " ", TensorTypeName(type));
+      CHECK(SameBits(y, ReferenceSum(p, 32, cols - 64, step)));
     }
-    for (const auto& r : records) starts.push_back(r.data());
-    const float step = StepFor(p.storage, p.a);
-    std::vector<int32_t> sums(AxpyIntSumsInts(cols - 64), 0);
-    AxpyIntAdd(TensorType::kQ4_0S, starts.data(), count, cols, 32, cols - 64, p.a.data(),
-               1.0f / step, sums.data(), offset);
-    std::vector<float> y(p.y0.begin() + 32, p.y0.end() - 32);
-    AxpyIntFinish(cols - 64, sums.data(), step, y.data());
-    INFO(target.name);
-    CHECK(SameBits(y, ReferenceSum(p, cols, 32, cols - 64, step)));
   });
 }
 
@@ -218,8 +228,9 @@ TEST_CASE("AxpyInt rejects what it cannot do") {
                   std::invalid_argument);
   CHECK_THROWS_AS(AxpyIntAdd(TensorType::kQ4_0S, rows, 1, 100, 0, 96, a, 1.0f, sums.data()),
                   std::invalid_argument);
-  CHECK_FALSE(AxpyIntSupports(TensorType::kQ4_0));
+  CHECK_FALSE(AxpyIntSupports(TensorType::kQ8_0));
   CHECK(AxpyIntSupports(TensorType::kQ4_0S));
+  CHECK(AxpyIntSupports(TensorType::kQ4_0));
 }
 
 }  // namespace

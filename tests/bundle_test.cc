@@ -477,61 +477,64 @@ TEST_CASE("a streamed model works on after a pass that failed part way") {
   CHECK_FALSE(loaded.streamed->stats().open());
 }
 
-// A Q4_0S dip bundle's column sums go through ops::RowAxpysInt where the
-// CPU has the integer form (the bundle bounds each group's block scales):
+// A Q4_0S or Q4_0 dip bundle's column sums go through ops::RowAxpysInt
+// where the CPU has the integer form (the bundle bounds each group's block scales):
 // the logits stay within the rounding of the multiples of the reference
 // kernels', dense and pruned, a batch's tokens as when they come one by one.
-TEST_CASE("a Q4_0S dip bundle's integer column sums stay near the reference kernels") {
-  TempDir dir;
-  const std::string path = dir.File("dip_q4_0s.sparrow");
-  ConvertOptions convert;
-  convert.layout = Layout::kDip;
-  convert.record_type = TensorType::kQ4_0S;
-  ConvertGgufToBundle(Stories(), path, convert);
-  const Bundle bundle = Bundle::Open(path);
-  for (const UnitGroup& g : bundle.groups()) CHECK(g.largest_scale > 0.0f);
-  const std::string usable = ops::RowAxpyIntSums::Usable(TensorType::kQ4_0S) ? "yes" : "no";
-  MESSAGE("integer column sums on this CPU: " << usable);
+TEST_CASE("a dip bundle's integer column sums stay near the reference kernels") {
+  for (TensorType type : {TensorType::kQ4_0S, TensorType::kQ4_0}) {
+    CAPTURE(TensorTypeName(type));
+    TempDir dir;
+    const std::string path = dir.File("dip.sparrow");
+    ConvertOptions convert;
+    convert.layout = Layout::kDip;
+    convert.record_type = type;
+    ConvertGgufToBundle(Stories(), path, convert);
+    const Bundle bundle = Bundle::Open(path);
+    for (const UnitGroup& g : bundle.groups()) CHECK(g.largest_scale > 0.0f);
+    const std::string usable = ops::RowAxpyIntSums::Usable(type) ? "yes" : "no";
+    MESSAGE(TensorTypeName(type) << " integer column sums on this CPU: " << usable);
 
-  const std::vector<int32_t> prompt = {1, 403, 407, 261, 301, 29, 88, 310};
-  for (SparsityKind kind : {SparsityKind::kDense, SparsityKind::kDip}) {
-    CAPTURE(static_cast<int>(kind));
-    EngineOptions options;
-    options.n_ctx = 64;
-    options.sparsity.kind = kind;
-    options.sparsity.density = kind == SparsityKind::kDense ? 1.0 : 0.5;
-    const auto logits = [&](bool one_by_one) {
-      LoadedModel loaded = OpenModel(path, options);
-      const size_t v = loaded.model->config().n_vocab;
-      const std::unique_ptr<Session> session = loaded.NewSession();
-      std::vector<float> out;
-      if (one_by_one) {
-        for (int32_t token : prompt) {
-          const float* l = session->Eval(&token, 1, false);
-          out.insert(out.end(), l, l + v);
+    const std::vector<int32_t> prompt = {1, 403, 407, 261, 301, 29, 88, 310};
+    for (SparsityKind kind : {SparsityKind::kDense, SparsityKind::kDip}) {
+      CAPTURE(static_cast<int>(kind));
+      EngineOptions options;
+      options.n_ctx = 64;
+      options.sparsity.kind = kind;
+      options.sparsity.density = kind == SparsityKind::kDense ? 1.0 : 0.5;
+      const auto logits = [&](bool one_by_one) {
+        LoadedModel loaded = OpenModel(path, options);
+        const size_t v = loaded.model->config().n_vocab;
+        const std::unique_ptr<Session> session = loaded.NewSession();
+        std::vector<float> out;
+        if (one_by_one) {
+          for (int32_t token : prompt) {
+            const float* l = session->Eval(&token, 1, false);
+            out.insert(out.end(), l, l + v);
+          }
+        } else {
+          const float* l = session->Eval(prompt.data(), prompt.size(), true);
+          out.assign(l, l + prompt.size() * v);
         }
-      } else {
-        const float* l = session->Eval(prompt.data(), prompt.size(), true);
-        out.assign(l, l + prompt.size() * v);
+        return out;
+      };
+      const std::vector<float> batch = logits(false), single = logits(true);
+      ops::SetKernelMode(ops::KernelMode::kReference);
+      const std::vector<float> reference = logits(false);
+      ops::SetKernelMode(ops::KernelMode::kFast);
+      REQUIRE(batch.size() == reference.size());
+      double largest = 0.0, off = 0.0, batch_off = 0.0;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        largest = std::max(largest, std::fabs(double(reference[i])));
+        off = std::max(off, std::fabs(double(batch[i]) - reference[i]));
+        batch_off = std::max(batch_off, std::fabs(double(batch[i]) - single[i]));
       }
-      return out;
-    };
-    const std::vector<float> batch = logits(false), single = logits(true);
-    ops::SetKernelMode(ops::KernelMode::kReference);
-    const std::vector<float> reference = logits(false);
-    ops::SetKernelMode(ops::KernelMode::kFast);
-    REQUIRE(batch.size() == reference.size());
-    double largest = 0.0, off = 0.0, batch_off = 0.0;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      largest = std::max(largest, std::fabs(double(reference[i])));
-      off = std::max(off, std::fabs(double(batch[i]) - reference[i]));
-      batch_off = std::max(batch_off, std::fabs(double(batch[i]) - single[i]));
+      // Measured (Zen 4, integer sums): 5e-4 of the largest logit dense,
+      // 1.1e-2 pruned (a unit crossing a top-K boundary moves a token's
+      // logits more); a batch's tokens got the bits of single ones.
+      CHECK(off <= (kind == SparsityKind::kDense ? 2e-3 : 5e-2) * largest);
+      CHECK(batch_off <= 1e-3 * largest);
     }
-    // Measured (Zen 4, integer sums): 5e-4 of the largest logit dense,
-    // 1.1e-2 pruned (a unit crossing a top-K boundary moves a token's
-    // logits more); a batch's tokens got the bits of single ones.
-    CHECK(off <= (kind == SparsityKind::kDense ? 2e-3 : 5e-2) * largest);
-    CHECK(batch_off <= 1e-3 * largest);
   }
 }
 

@@ -354,83 +354,85 @@ TEST_CASE("RowAxpys over records of two parts equals one call per part") {
   ops::SetPromptGemm(ops::PromptGemm::kAuto);
 }
 
-// The integer form over records of two Q4_0S parts (the dip layout's up
-// and gate columns): each token's bits whether it comes alone or in a
+// The integer form over records of two Q4_0S or Q4_0 parts (the dip
+// layout's up and gate columns): each token's bits whether it comes alone or in a
 // batch, whatever the split of the rows into calls and the thread count
 // (two threads split the 1536 columns, one window across the parts'
 // boundary); within the rounding of its multiples of the float sums.
 TEST_CASE("RowAxpysInt: each token's bits alone or in a batch, any split and thread count") {
-  const TensorType type = TensorType::kQ4_0S;
-  const size_t part_cols = 768, records = 90;
-  const QuantizedMatrix w = MakeMatrix(type, 2 * records, part_cols, 41);
-  const size_t part_bytes = w.view.row_bytes;
-  float largest_scale = 0.0f;
-  for (size_t r = 0; r < 2 * records; ++r) {
-    largest_scale = std::max(
-        largest_scale, simd::LargestBlockScale(type, w.bytes.data() + r * part_bytes, part_cols));
-  }
-  std::vector<uint32_t> index;
-  for (size_t r = 0; r < records; r += 2)
-    index.push_back(static_cast<uint32_t>((r * 13) % records));
-  ops::RowSet all;
-  all.type = type;
-  all.base = w.bytes.data();
-  all.stride = 2 * part_bytes;
-  all.cols = 2 * part_cols;
-  all.row_parts = 2;
-  all.index = index.data();
-  all.count = index.size();
-  const size_t n = 3, count = all.count, cols = all.cols;
-  std::vector<float> a = RandomVector(n * count, 42);
-  a[5] = 0.0f;  // a row one token does not use
-  std::vector<float> steps(n);
-  for (size_t t = 0; t < n; ++t) {
-    float largest = 0.0f;
-    for (size_t k = 0; k < count; ++k) largest = std::max(largest, std::fabs(a[t * count + k]));
-    steps[t] = ops::RowAxpyIntSums::Step(largest, largest_scale);
-  }
-  const std::vector<float> y0 = RandomVector(n * cols, 43);
-
-  // The batch, in one call, one thread.
-  SetThreadCount(1);
-  ops::RowAxpyIntSums sums;
-  std::vector<float> batch = y0;
-  sums.Begin(cols, 2, n, steps.data());
-  ops::RowAxpysInt(all, a.data(), n, sums);
-  sums.Finish(batch.data());
-
-  for (int threads : {1, 2}) {
-    SetThreadCount(threads);
+  for (TensorType type : {TensorType::kQ4_0S, TensorType::kQ4_0}) {
+    CAPTURE(TensorTypeName(type));
+    const size_t part_cols = 768, records = 90;
+    const QuantizedMatrix w = MakeMatrix(type, 2 * records, part_cols, 41);
+    const size_t part_bytes = w.view.row_bytes;
+    float largest_scale = 0.0f;
+    for (size_t r = 0; r < 2 * records; ++r) {
+      largest_scale = std::max(
+          largest_scale, simd::LargestBlockScale(type, w.bytes.data() + r * part_bytes, part_cols));
+    }
+    std::vector<uint32_t> index;
+    for (size_t r = 0; r < records; r += 2)
+      index.push_back(static_cast<uint32_t>((r * 13) % records));
+    ops::RowSet all;
+    all.type = type;
+    all.base = w.bytes.data();
+    all.stride = 2 * part_bytes;
+    all.cols = 2 * part_cols;
+    all.row_parts = 2;
+    all.index = index.data();
+    all.count = index.size();
+    const size_t n = 3, count = all.count, cols = all.cols;
+    std::vector<float> a = RandomVector(n * count, 42);
+    a[5] = 0.0f;  // a row one token does not use
+    std::vector<float> steps(n);
     for (size_t t = 0; t < n; ++t) {
-      CAPTURE(threads);
-      CAPTURE(t);
-      std::vector<float> y(y0.begin() + t * cols, y0.begin() + (t + 1) * cols);
-      sums.Begin(cols, 2, 1, &steps[t]);
-      for (size_t first : {size_t{0}, size_t{17}, size_t{30}}) {  // three calls
-        const size_t end = first == 0 ? 17 : first == 17 ? 30 : count;
-        ops::RowSet part = all;
-        part.index = index.data() + first;
-        part.count = end - first;
-        ops::RowAxpysInt(part, a.data() + t * count + first, 1, sums);
-      }
-      sums.Finish(y.data());
-      CHECK(std::equal(y.begin(), y.end(), batch.begin() + t * cols));
+      float largest = 0.0f;
+      for (size_t k = 0; k < count; ++k) largest = std::max(largest, std::fabs(a[t * count + k]));
+      steps[t] = ops::RowAxpyIntSums::Step(largest, largest_scale);
     }
-  }
-  SetThreadCount(0);
+    const std::vector<float> y0 = RandomVector(n * cols, 43);
 
-  // Against the float sums: each multiple is off by at most half a step,
-  // times |q - 8| <= 8, per row.
-  std::vector<float> floats = y0;
-  ops::RowAxpys(all, a.data(), n, floats.data());
-  for (size_t t = 0; t < n; ++t) {
-    CAPTURE(t);
-    double worst = 0.0;
-    for (size_t i = 0; i < cols; ++i) {
-      worst = std::max(worst, std::fabs(double(batch[t * cols + i]) - floats[t * cols + i]));
+    // The batch, in one call, one thread.
+    SetThreadCount(1);
+    ops::RowAxpyIntSums sums;
+    std::vector<float> batch = y0;
+    sums.Begin(cols, 2, n, steps.data());
+    ops::RowAxpysInt(all, a.data(), n, sums);
+    sums.Finish(batch.data());
+
+    for (int threads : {1, 2}) {
+      SetThreadCount(threads);
+      for (size_t t = 0; t < n; ++t) {
+        CAPTURE(threads);
+        CAPTURE(t);
+        std::vector<float> y(y0.begin() + t * cols, y0.begin() + (t + 1) * cols);
+        sums.Begin(cols, 2, 1, &steps[t]);
+        for (size_t first : {size_t{0}, size_t{17}, size_t{30}}) {  // three calls
+          const size_t end = first == 0 ? 17 : first == 17 ? 30 : count;
+          ops::RowSet part = all;
+          part.index = index.data() + first;
+          part.count = end - first;
+          ops::RowAxpysInt(part, a.data() + t * count + first, 1, sums);
+        }
+        sums.Finish(y.data());
+        CHECK(std::equal(y.begin(), y.end(), batch.begin() + t * cols));
+      }
     }
-    CHECK(worst > 0.0);  // the integer form, not the float one
-    CHECK(worst <= count * 4.0 * steps[t] + 1e-4);
+    SetThreadCount(0);
+
+    // Against the float sums: each multiple is off by at most half a step,
+    // times |q - 8| <= 8, per row.
+    std::vector<float> floats = y0;
+    ops::RowAxpys(all, a.data(), n, floats.data());
+    for (size_t t = 0; t < n; ++t) {
+      CAPTURE(t);
+      double worst = 0.0;
+      for (size_t i = 0; i < cols; ++i) {
+        worst = std::max(worst, std::fabs(double(batch[t * cols + i]) - floats[t * cols + i]));
+      }
+      CHECK(worst > 0.0);  // the integer form, not the float one
+      CHECK(worst <= count * 4.0 * steps[t] + 1e-4);
+    }
   }
 }
 

@@ -92,7 +92,8 @@ void PrintColumnSums(const bundle::Bundle& b) {
   for (const bundle::UnitGroup& g : b.groups()) bounded &= g.largest_scale > 0.0f;
   const char* how =
       !ops::RowAxpyIntSums::Usable(b.record_type())
-          ? "float multiply-adds (integer sums take q4_0s records on x86 with AVX-512 VNNI)"
+          ? "float multiply-adds (integer sums take q4_0s and q4_0 records on x86 with "
+            "AVX-512 VNNI)"
       : !bounded ? "float multiply-adds (the bundle records no block-scale bounds: convert it "
                    "again for integer sums)"
                  : "exact integer sums of 15-bit multiples (simd/axpy_int.h)";

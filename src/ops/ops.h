@@ -149,8 +149,8 @@ uint64_t RowAxpysScratchBytes(TensorType type, size_t cols, size_t max_rows, siz
 class RowAxpyIntSums {
  public:
   // Whether RowAxpysInt takes rows of `type` in the current kernel mode on
-  // this CPU: Q4_0S with the fast kernels where the SIMD target sums in
-  // integers faster than RowAxpys (x86 with AVX-512 VNNI).
+  // this CPU: Q4_0S and Q4_0 with the fast kernels where the SIMD target
+  // sums in integers faster than RowAxpys (x86 with AVX-512 VNNI).
   static bool Usable(TensorType type);
   // Bytes of the sums of n tokens over rows of `cols` elements.
   static uint64_t Bytes(size_t cols, size_t n);
