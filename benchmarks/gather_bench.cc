@@ -380,36 +380,34 @@ int Main(int argc, char** argv) {
   cxxopts::Options options("gather_bench",
                            "DotRows/AxpyRows row bandwidth over a neuron-layout cache, "
                            "and as a percentage of a stream-read probe.");
-  options.add_options()("types", "Record types",
-                        cxxopts::value<std::string>()->default_value("q8_0,q4_0s,q4_0,f16,f32"))(
-      "shapes", "Shapes D_MODELxCOUNT",
-      cxxopts::value<std::string>()->default_value("2048x5632,4096x11008"))(
-      "threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))(
-      "tokens", "Tokens per call (batch)", cxxopts::value<size_t>()->default_value("1"))(
-      "kernels",
-      "dot,axpy,axpy-int,read,read-axpy (axpy-int: AxpyRows' sums in integers, "
-      "simd/axpy_int.h, Q4_0S and Q4_0; read: the rows DotRows loads, without arithmetic, "
-      "the pattern's ceiling; read-axpy: the same in AxpyRows' order)",
-      cxxopts::value<std::string>()->default_value("dot,axpy,read"))(
-      "reps", "Timed repetitions per case (median reported)",
-      cxxopts::value<int>()->default_value("15"))(
-      "rotate-mib", "Total size of the cache copies that repetitions rotate through",
-      cxxopts::value<size_t>()->default_value("768"))(
-      "probe-mib", "Stream probe buffer size", cxxopts::value<size_t>()->default_value("1024"))(
-      "parts", "Parts per record: 3 (neuron layout) or 1 (a plain matrix)",
-      cxxopts::value<size_t>()->default_value("3"))(
-      "layout",
-      "With 3 parts: split ([gate | up] and [down] in two matrices, as the unit "
-      "cache holds them) or records (whole records, as read from flash)",
-      cxxopts::value<std::string>()->default_value("split"))(
-      "huge-pages", "Back the caches with transparent huge pages (madvise)",
-      cxxopts::value<bool>()->default_value("false"))(
-      "clock", "wall or cpu (see the top of gather_bench.cc)",
-      cxxopts::value<std::string>()->default_value("wall"))(
-      "hide-cpu-extensions",
-      "Measure the forms kernels take on CPUs without the "
-      "extensions they check at run time (x86 VNNI and BF16, Arm dotprod and i8mm)",
-      cxxopts::value<bool>()->default_value("false"))("h,help", "Show this help");
+  options.add_options()
+      ("types", "Record types", cxxopts::value<std::string>()->default_value("q8_0,q4_0s,q4_0,f16,f32"))
+      ("shapes", "Shapes D_MODELxCOUNT",
+       cxxopts::value<std::string>()->default_value("2048x5632,4096x11008"))
+      ("threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))
+      ("tokens", "Tokens per call (batch)", cxxopts::value<size_t>()->default_value("1"))
+      ("kernels", "dot,axpy,axpy-int,read,read-axpy (axpy-int: AxpyRows' sums in integers, "
+       "simd/axpy_int.h, Q4_0S and Q4_0; read: the rows DotRows loads, without arithmetic, "
+       "the pattern's ceiling; read-axpy: the same in AxpyRows' order)",
+       cxxopts::value<std::string>()->default_value("dot,axpy,read"))
+      ("reps", "Timed repetitions per case (median reported)",
+       cxxopts::value<int>()->default_value("15"))
+      ("rotate-mib", "Total size of the cache copies that repetitions rotate through",
+       cxxopts::value<size_t>()->default_value("768"))
+      ("probe-mib", "Stream probe buffer size", cxxopts::value<size_t>()->default_value("1024"))
+      ("parts", "Parts per record: 3 (neuron layout) or 1 (a plain matrix)",
+       cxxopts::value<size_t>()->default_value("3"))
+      ("layout", "With 3 parts: split ([gate | up] and [down] in two matrices, as the unit "
+       "cache holds them) or records (whole records, as read from flash)",
+       cxxopts::value<std::string>()->default_value("split"))
+      ("huge-pages", "Back the caches with transparent huge pages (madvise)",
+       cxxopts::value<bool>()->default_value("false"))
+      ("clock", "wall or cpu (see the top of gather_bench.cc)",
+       cxxopts::value<std::string>()->default_value("wall"))
+      ("hide-cpu-extensions", "Measure the forms kernels take on CPUs without the "
+       "extensions they check at run time (x86 VNNI and BF16, Arm dotprod and i8mm)",
+       cxxopts::value<bool>()->default_value("false"))
+      ("h,help", "Show this help");
   const auto opts = options.parse(argc, argv);
   if (opts.count("help")) {
     std::cout << options.help() << "\n";

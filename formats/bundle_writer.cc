@@ -46,7 +46,14 @@ gguf::Value UIntArray(gguf::ValueType type, const std::vector<uint64_t>& values)
   gguf::Array array;
   array.element_type = type;
   array.elements.reserve(values.size());
-  for (uint64_t v : values) array.elements.push_back({type, v});
+  for (uint64_t v : values) {
+    // Not a braced {type, v}: with it GCC 12 warns of a variant used
+    // uninitialized (-Wmaybe-uninitialized, a false alarm).
+    gguf::Value e;
+    e.type = type;
+    e.data = v;
+    array.elements.push_back(std::move(e));
+  }
   gguf::Value value;
   value.type = gguf::ValueType::kArray;
   value.data.emplace<gguf::Array>(std::move(array));
@@ -236,15 +243,9 @@ void BundleWriter::WriteHeaderBody() {
   u32s(keys::kGroupRecordBytes, [](const UnitGroup& g) { return g.record_bytes; });
   w.Add(keys::kGroupOffset,
         UIntArray(ValueType::kU64, column([](const UnitGroup& g) { return g.offset; })));
-  {
-    gguf::Array scales;
-    scales.element_type = ValueType::kF32;
-    for (const UnitGroup& g : groups_) scales.elements.push_back(gguf::Value::F32(g.largest_scale));
-    gguf::Value value;
-    value.type = ValueType::kArray;
-    value.data.emplace<gguf::Array>(std::move(scales));
-    w.Add(keys::kGroupLargestScale, std::move(value));
-  }
+  std::vector<float> largest_scales;
+  for (const UnitGroup& g : groups_) largest_scales.push_back(g.largest_scale);
+  w.Add(keys::kGroupLargestScale, Value::F32Array(largest_scales));
   for (size_t i = 0; i < groups_.size(); ++i) {
     const std::vector<uint32_t>& perm = groups_[i].slot_of_unit;
     w.Add(keys::GroupPermutationKey(i),

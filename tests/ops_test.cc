@@ -293,6 +293,38 @@ TEST_CASE("RowAxpys on gathered rows: the same bits for any thread count and any
   ops::SetPromptGemm(ops::PromptGemm::kAuto);
 }
 
+namespace {
+
+// `records` records of two parts of `part_cols` elements each (the matrix's
+// rows 2r and 2r + 1), every other one picked in a scrambled order, as
+// RowSet sees a dip layout's input records in a cache: Parts() lists each
+// record's first part as a row of part_cols elements.
+struct TwoPartRecords {
+  QuantizedMatrix w;
+  std::vector<uint32_t> index;
+  size_t part_cols = 0;
+
+  TwoPartRecords(TensorType type, size_t cols, size_t records, uint32_t seed)
+      : w(MakeMatrix(type, 2 * records, cols, seed)), part_cols(cols) {
+    for (size_t r = 0; r < records; r += 2) {
+      index.push_back(static_cast<uint32_t>((r * 13) % records));
+    }
+  }
+  size_t part_bytes() const { return w.view.row_bytes; }
+  ops::RowSet Parts() const {
+    ops::RowSet set;
+    set.type = w.view.type;
+    set.base = w.bytes.data();
+    set.stride = 2 * part_bytes();
+    set.cols = part_cols;
+    set.index = index.data();
+    set.count = index.size();
+    return set;
+  }
+};
+
+}  // namespace
+
 // A record's two parts summed as one row (RowSet::row_parts = 2, as the dip
 // layout's up and gate): the sums of one set per part, each part a row of
 // its own (Q4_0S keeps each part's scales in front of it, so reading the
@@ -304,19 +336,10 @@ TEST_CASE("RowAxpys over records of two parts equals one call per part") {
     for (TensorType type : {TensorType::kF32, TensorType::kQ8_0, TensorType::kQ4_0,
                             TensorType::kQ4_0S, TensorType::kQ4_K}) {
       CAPTURE(TensorTypeName(type));
-      const size_t part_cols = 768, records = 70;  // two threads split 1536 columns
-      const QuantizedMatrix w = MakeMatrix(type, 2 * records, part_cols, 31);
-      const size_t part_bytes = w.view.row_bytes;
-      std::vector<uint32_t> index;
-      for (size_t r = 0; r < records; r += 2)
-        index.push_back(static_cast<uint32_t>((r * 13) % records));
-      ops::RowSet one;
-      one.type = type;
-      one.base = w.bytes.data();
-      one.stride = 2 * part_bytes;
-      one.cols = part_cols;
-      one.index = index.data();
-      one.count = index.size();
+      const size_t part_cols = 768;  // two threads split 1536 columns
+      const TwoPartRecords records(type, part_cols, 70, 31);
+      const size_t part_bytes = records.part_bytes();
+      const ops::RowSet one = records.Parts();
       for (size_t n : {size_t{1}, size_t{5}, size_t{40}}) {
         CAPTURE(n);
         const size_t count = one.count;
@@ -362,25 +385,17 @@ TEST_CASE("RowAxpys over records of two parts equals one call per part") {
 TEST_CASE("RowAxpysInt: each token's bits alone or in a batch, any split and thread count") {
   for (TensorType type : {TensorType::kQ4_0S, TensorType::kQ4_0}) {
     CAPTURE(TensorTypeName(type));
-    const size_t part_cols = 768, records = 90;
-    const QuantizedMatrix w = MakeMatrix(type, 2 * records, part_cols, 41);
-    const size_t part_bytes = w.view.row_bytes;
+    const size_t part_cols = 768, n_records = 90;
+    const TwoPartRecords records(type, part_cols, n_records, 41);
     float largest_scale = 0.0f;
-    for (size_t r = 0; r < 2 * records; ++r) {
+    for (size_t r = 0; r < 2 * n_records; ++r) {
       largest_scale = std::max(
-          largest_scale, simd::LargestBlockScale(type, w.bytes.data() + r * part_bytes, part_cols));
+          largest_scale, simd::LargestBlockScale(
+                             type, records.w.bytes.data() + r * records.part_bytes(), part_cols));
     }
-    std::vector<uint32_t> index;
-    for (size_t r = 0; r < records; r += 2)
-      index.push_back(static_cast<uint32_t>((r * 13) % records));
-    ops::RowSet all;
-    all.type = type;
-    all.base = w.bytes.data();
-    all.stride = 2 * part_bytes;
+    ops::RowSet all = records.Parts();
     all.cols = 2 * part_cols;
     all.row_parts = 2;
-    all.index = index.data();
-    all.count = index.size();
     const size_t n = 3, count = all.count, cols = all.cols;
     std::vector<float> a = RandomVector(n * count, 42);
     a[5] = 0.0f;  // a row one token does not use
@@ -410,7 +425,7 @@ TEST_CASE("RowAxpysInt: each token's bits alone or in a batch, any split and thr
         for (size_t first : {size_t{0}, size_t{17}, size_t{30}}) {  // three calls
           const size_t end = first == 0 ? 17 : first == 17 ? 30 : count;
           ops::RowSet part = all;
-          part.index = index.data() + first;
+          part.index = records.index.data() + first;
           part.count = end - first;
           ops::RowAxpysInt(part, a.data() + t * count + first, 1, sums);
         }
