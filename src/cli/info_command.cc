@@ -82,12 +82,13 @@ void PrintCalibration(const std::optional<bundle::Calibration>& calibration) {
   }
 }
 
-// How the dip and split layouts' column sums (ops::RowAxpysInt) will run:
-// in integers where the record type and this CPU take that form and the
-// bundle bounds its groups' block scales (converted by a Sparrow that
-// records them).
+// How the dip and split layouts' column sums, and the neuron layout's down
+// parts, will run (ops::RowAxpysInt): in integers where the record type
+// and this CPU take that form and the bundle bounds its groups' block
+// scales (converted by a Sparrow that records them); the neuron layout's
+// only where the unit cache holds every unit (StreamedFeedForward).
 void PrintColumnSums(const bundle::Bundle& b) {
-  if (b.layout() == bundle::Layout::kNeuron) return;
+  const bool neuron = b.layout() == bundle::Layout::kNeuron;
   bool bounded = true;
   for (const bundle::UnitGroup& g : b.groups()) bounded &= g.largest_scale > 0.0f;
   const char* how =
@@ -96,8 +97,10 @@ void PrintColumnSums(const bundle::Bundle& b) {
             "AVX-512 VNNI)"
       : !bounded ? "float multiply-adds (the bundle records no block-scale bounds: convert it "
                    "again for integer sums)"
+      : neuron   ? "exact integer sums of 15-bit multiples (simd/axpy_int.h) where the DRAM "
+                   "budget holds every unit of the FFN, else float multiply-adds"
                  : "exact integer sums of 15-bit multiples (simd/axpy_int.h)";
-  std::printf("column sums: %s\n", how);
+  std::printf("%s: %s\n", neuron ? "down sums" : "column sums", how);
 }
 
 // A bundle's layout, record geometry and sections.

@@ -106,8 +106,9 @@ uint64_t KernelScratchBytes(const bundle::Bundle& b, size_t width, size_t max_ba
   // largest block scale recorded).
   bool bounded = false;
   for (const bundle::UnitGroup& g : b.groups()) {
-    const bool summed =
-        g.kind == bundle::RecordKind::kDipInput || g.kind == bundle::RecordKind::kDipOutput;
+    const bool summed = g.kind == bundle::RecordKind::kDipInput ||
+                        g.kind == bundle::RecordKind::kDipOutput ||
+                        g.kind == bundle::RecordKind::kNeuron;  // its down parts
     bounded |= summed && g.largest_scale > 0.0f;
   }
   const uint64_t integer_sums = ops::RowAxpyIntSums::Usable(b.record_type()) && bounded
@@ -634,6 +635,20 @@ void StreamedFeedForward::ForwardNeuron(uint32_t layer, const float* x, size_t n
   // gather_bench --layout records|split, README). The dot products,
   // interleaved in coeff_, take two of its width_ floats per record.
   const size_t slice = std::max<size_t>(1, width_ / 2);
+  // The down parts in integers (SumColumns) need each token's step, its
+  // largest GLU output, before the first of them is summed: known only
+  // once every record's dot products are. So they wait for a second pass
+  // over the cache (SumDeferredDowns), the GLU outputs kept in scores_ by
+  // unit. Only where the cache holds every unit of the group: a smaller
+  // one computes some records in the staging they were read into, which
+  // the next chunk reuses, and mixing their float sums with the others'
+  // integer ones would make a token's bits depend on what the cache held.
+  // (Budgets that hold the group all give the integer sums' bits, those
+  // that do not the float sums'.)
+  const size_t units = info.n_units;
+  const bool defer = IntegerSumsFit(info, n) && g.cache->capacity() >= g.cache->n_units() &&
+                     n * units <= scores_.size();
+  deferred_.clear();
   StreamGroup(g, need_, [&](const UnitRows& rows) {
     for (size_t first = 0; first < rows.count; first += slice) {
       const size_t count = std::min(slice, rows.count - first);
@@ -654,12 +669,61 @@ void StreamedFeedForward::ForwardNeuron(uint32_t layer, const float* x, size_t n
         }
       }
       ops::SiluMul(gate_, up_, n * count, gate_);
+      if (defer && rows.cached) {  // (always cached: the cache has room for all)
+        const uint32_t* slice_units = rows.units + first;
+        for (size_t t = 0; t < n; ++t) {
+          for (size_t k = 0; k < count; ++k) {
+            scores_[t * units + slice_units[k]] = gate_[t * count + k];
+          }
+        }
+        deferred_.insert(deferred_.end(), slice_units, slice_units + count);
+        continue;
+      }
       ops::RowSet down = rows.Slice(first, count, 2 * size_t{info.part_bytes});
       down.type = set.type;
       down.cols = set.cols;
       ops::RowAxpys(down, gate_, n, out);
     }
   });
+  if (!deferred_.empty()) SumDeferredDowns(g, n, out);
+}
+
+void StreamedFeedForward::SumDeferredDowns(Group& g, size_t n, float* out) {
+  const bundle::UnitGroup& info = *g.info;
+  const double start = NowSeconds();
+  const size_t units = info.n_units;
+  const float* glu = scores_.data();
+  const bool integer =
+      IntegerSteps(info, deferred_, n, [&](size_t t, uint32_t u) { return glu[t * units + u]; });
+  // Units this pass needs stay in the cache until it ends (StreamGroup):
+  // their rows, in the cache's order.
+  rows_.clear();
+  for (uint32_t u : deferred_) {
+    const int32_t row = g.cache->RowOf(u);
+    if (row < 0) throw std::logic_error("a unit left the cache during its pass");
+    rows_.push_back(static_cast<uint32_t>(row));
+  }
+  SortDistinctBelow(&rows_, g.cache->capacity(), &sort_bits_);
+  const UnitRows rows = CachedRows(g, rows_);
+  if (integer) axpy_int_.Begin(info.part_padded_elems, 1, n, axpy_steps_.data());
+  for (size_t first = 0; first < rows.count; first += width_) {
+    const size_t count = std::min(width_, rows.count - first);
+    for (size_t t = 0; t < n; ++t) {
+      for (size_t k = 0; k < count; ++k) {
+        coeff_[t * count + k] = glu[t * units + rows.units[first + k]];
+      }
+    }
+    ops::RowSet down = rows.Slice(first, count, 2 * size_t{info.part_bytes});
+    down.type = bundle_.record_type();
+    down.cols = info.part_padded_elems;
+    if (integer) {
+      ops::RowAxpysInt(down, coeff_.data(), n, axpy_int_);
+    } else {
+      ops::RowAxpys(down, coeff_.data(), n, out);
+    }
+  }
+  if (integer) axpy_int_.Finish(out);
+  stats_.current().compute_seconds += NowSeconds() - start;
 }
 
 void StreamedFeedForward::ForwardDip(uint32_t layer, const float* x, size_t n, float* out) {
@@ -782,6 +846,7 @@ StreamedFeedForward::UnitRows StreamedFeedForward::CachedRows(const Group& g,
   out.index = rows.data();
   out.units = row_units_.data();
   out.count = rows.size();
+  out.cached = true;
   return out;
 }
 
@@ -803,27 +868,41 @@ void StreamedFeedForward::DotRows(Group& g, const std::vector<uint32_t>& units, 
   });
 }
 
+bool StreamedFeedForward::IntegerSumsFit(const bundle::UnitGroup& g, size_t n) const {
+  // Batches large enough for oneDNN's panels keep them (a token of such a
+  // batch gets their products anyway, not the bits of its own run).
+  return ops::RowAxpyIntSums::Usable(bundle_.record_type()) && g.largest_scale > 0.0f &&
+         g.n_units <= ops::RowAxpyIntSums::MaxRows() && !ops::RowProductsUsePanels(n);
+}
+
+template <class Coefficient>
+bool StreamedFeedForward::IntegerSteps(const bundle::UnitGroup& g,
+                                       const std::vector<uint32_t>& units, size_t n,
+                                       Coefficient coeff) {
+  // Token t's step: its largest coefficient times the group's largest
+  // block scale bounds every term before any record is read. (Each
+  // coefficient is checked: std::max passes a NaN over, and the integer
+  // kernels would count it as zero where y must get it.)
+  axpy_steps_.resize(n);
+  for (size_t t = 0; t < n; ++t) {
+    float largest = 0.0f;
+    for (uint32_t u : units) {
+      const float c = coeff(t, u);
+      if (!std::isfinite(c)) return false;
+      largest = std::max(largest, std::fabs(c));
+    }
+    axpy_steps_[t] = ops::RowAxpyIntSums::Step(largest, g.largest_scale);
+    if (!std::isfinite(axpy_steps_[t])) return false;
+  }
+  return true;
+}
+
 void StreamedFeedForward::SumColumns(Group& g, const float* src, size_t src_stride, size_t n,
                                      float* y) {
   const bundle::UnitGroup& info = *g.info;
-  // Batches large enough for oneDNN's panels keep them (a token of such a
-  // batch gets their products anyway, not the bits of its own run).
-  bool integer = ops::RowAxpyIntSums::Usable(bundle_.record_type()) && info.largest_scale > 0.0f &&
-                 info.n_units <= ops::RowAxpyIntSums::MaxRows() && !ops::RowProductsUsePanels(n);
-  if (integer) {
-    // Token t's step: its largest coefficient times the group's largest
-    // block scale bounds every term before any record is read. A
-    // non-finite coefficient takes the float sums, which carry it to y.
-    axpy_steps_.resize(n);
-    for (size_t t = 0; t < n && integer; ++t) {
-      float largest = 0.0f;
-      for (size_t u = 0; u < info.n_units; ++u) {
-        largest = std::max(largest, std::fabs(src[t * src_stride + u]));
-      }
-      axpy_steps_[t] = ops::RowAxpyIntSums::Step(largest, info.largest_scale);
-      integer = std::isfinite(largest) && std::isfinite(axpy_steps_[t]);
-    }
-  }
+  const bool integer =
+      IntegerSumsFit(info, n) &&
+      IntegerSteps(info, need_, n, [&](size_t t, uint32_t u) { return src[t * src_stride + u]; });
   if (integer) {
     axpy_int_.Begin(size_t{info.parts} * info.part_padded_elems, info.parts, n, axpy_steps_.data());
   }

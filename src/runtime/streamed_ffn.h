@@ -113,6 +113,9 @@ class StreamedFeedForward : public FeedForward {
     const uint8_t* tail_base = nullptr;
     size_t tail_stride = 0;
     size_t head_bytes = 0;  // where the tail starts in a payload (split only)
+    // Rows of g's cache (CachedRows), which stay there for the rest of the
+    // pass; else rows in a staging buffer that the next chunk reuses.
+    bool cached = false;
     // Rows [first, first + count) as a kernel row set, each row starting
     // `offset` bytes into its payload (type and cols left to the caller).
     ops::RowSet Slice(size_t first, size_t count, size_t offset = 0) const;
@@ -164,6 +167,19 @@ class StreamedFeedForward : public FeedForward {
   // way and the bundle records the group's largest block scale, else
   // through RowAxpys.
   void SumColumns(Group& g, const float* src, size_t src_stride, size_t n, float* y);
+  // Whether a batch of n tokens can sum g's rows in integers: the kernels
+  // take the record type that way, the bundle bounds the group's block
+  // scales, and the batch is too small for oneDNN's panels.
+  bool IntegerSumsFit(const bundle::UnitGroup& g, size_t n) const;
+  // Each token's step (axpy_steps_) for coefficients coeff(t, u) of the
+  // units `units`: false if one is not finite (the float sums carry it).
+  template <class Coefficient>
+  bool IntegerSteps(const bundle::UnitGroup& g, const std::vector<uint32_t>& units, size_t n,
+                    Coefficient coeff);
+  // Neuron layout: the down parts of the cached records in deferred_,
+  // weighed by their GLU outputs (scores_, n x n_units), added into out:
+  // in integers where IntegerSteps allows, else through RowAxpys.
+  void SumDeferredDowns(Group& g, size_t n, float* out);
   Group& GroupFor(uint32_t layer, bundle::RecordKind kind);
 
   const bundle::Bundle& bundle_;
@@ -204,9 +220,10 @@ class StreamedFeedForward : public FeedForward {
   AlignedBuffer<float> glu_;
   float* gate_ = nullptr;
   float* up_ = nullptr;
-  // SumColumns' integer sums and each token's step.
+  // SumColumns' and SumDeferredDowns' integer sums and each token's step.
   ops::RowAxpyIntSums axpy_int_;
   std::vector<float> axpy_steps_;
+  std::vector<uint32_t> deferred_;  // ForwardNeuron's units whose down parts wait
   TokenMasks masks_;
   std::vector<uint32_t> need_, misses_, candidates_, victims_, expired_, rows_, prefetched_;
   std::vector<uint32_t> row_units_, staged_, staged_units_;
