@@ -22,6 +22,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/aligned_buffer.h"
@@ -484,10 +485,15 @@ TEST_CASE("a streamed model works on after a pass that failed part way") {
 // the rounding of the multiples of the reference kernels', dense and
 // pruned, a batch's tokens as when they come one by one.
 TEST_CASE("a bundle's integer column sums stay near the reference kernels") {
-  for (const auto& [type, layout] :
-       {std::pair{TensorType::kQ4_0S, Layout::kDip}, std::pair{TensorType::kQ4_0, Layout::kDip},
-        std::pair{TensorType::kQ4_0S, Layout::kNeuron},
-        std::pair{TensorType::kQ4_0, Layout::kNeuron}}) {
+  const std::pair<TensorType, Layout> cases[] = {{TensorType::kQ4_0S, Layout::kDip},
+                                                 {TensorType::kQ4_0, Layout::kDip},
+                                                 {TensorType::kQ4_0S, Layout::kNeuron},
+                                                 {TensorType::kQ4_0, Layout::kNeuron}};
+  for (const std::pair<TensorType, Layout>& c : cases) {
+    // (Plain variables: Clang 14's lambdas, CAPTURE's, cannot take
+    // structured bindings.)
+    const TensorType type = c.first;
+    const Layout layout = c.second;
     CAPTURE(TensorTypeName(type));
     CAPTURE(static_cast<int>(layout));
     TempDir dir;
