@@ -669,7 +669,7 @@ void StreamedFeedForward::ForwardNeuron(uint32_t layer, const float* x, size_t n
         }
       }
       ops::SiluMul(gate_, up_, n * count, gate_);
-      if (defer && rows.cached) {  // (always cached: the cache has room for all)
+      if (defer) {  // (every record is cached: the cache has room for all)
         const uint32_t* slice_units = rows.units + first;
         for (size_t t = 0; t < n; ++t) {
           for (size_t k = 0; k < count; ++k) {
@@ -695,33 +695,19 @@ void StreamedFeedForward::SumDeferredDowns(Group& g, size_t n, float* out) {
   const float* glu = scores_.data();
   const bool integer =
       IntegerSteps(info, deferred_, n, [&](size_t t, uint32_t u) { return glu[t * units + u]; });
-  // Units this pass needs stay in the cache until it ends (StreamGroup):
+  // Units this pass needs stay in the cache until it ends (StreamGroup),
+  // and a cache with room for every unit never computes one in staging:
   // their rows, in the cache's order.
   rows_.clear();
   for (uint32_t u : deferred_) {
     const int32_t row = g.cache->RowOf(u);
-    if (row < 0) throw std::logic_error("a unit left the cache during its pass");
+    if (row < 0) throw std::logic_error("SumDeferredDowns: a unit not in the cache");
     rows_.push_back(static_cast<uint32_t>(row));
   }
   SortDistinctBelow(&rows_, g.cache->capacity(), &sort_bits_);
-  const UnitRows rows = CachedRows(g, rows_);
-  if (integer) axpy_int_.Begin(info.part_padded_elems, 1, n, axpy_steps_.data());
-  for (size_t first = 0; first < rows.count; first += width_) {
-    const size_t count = std::min(width_, rows.count - first);
-    for (size_t t = 0; t < n; ++t) {
-      for (size_t k = 0; k < count; ++k) {
-        coeff_[t * count + k] = glu[t * units + rows.units[first + k]];
-      }
-    }
-    ops::RowSet down = rows.Slice(first, count, 2 * size_t{info.part_bytes});
-    down.type = bundle_.record_type();
-    down.cols = info.part_padded_elems;
-    if (integer) {
-      ops::RowAxpysInt(down, coeff_.data(), n, axpy_int_);
-    } else {
-      ops::RowAxpys(down, coeff_.data(), n, out);
-    }
-  }
+  const SumShape shape = DownPart(info);
+  if (integer) axpy_int_.Begin(shape.cols, shape.parts, n, axpy_steps_.data());
+  AxpyColumns(CachedRows(g, rows_), shape, glu, units, n, out, integer);
   if (integer) axpy_int_.Finish(out);
   stats_.current().compute_seconds += NowSeconds() - start;
 }
@@ -846,7 +832,6 @@ StreamedFeedForward::UnitRows StreamedFeedForward::CachedRows(const Group& g,
   out.index = rows.data();
   out.units = row_units_.data();
   out.count = rows.size();
-  out.cached = true;
   return out;
 }
 
@@ -903,15 +888,23 @@ void StreamedFeedForward::SumColumns(Group& g, const float* src, size_t src_stri
   const bool integer =
       IntegerSumsFit(info, n) &&
       IntegerSteps(info, need_, n, [&](size_t t, uint32_t u) { return src[t * src_stride + u]; });
-  if (integer) {
-    axpy_int_.Begin(size_t{info.parts} * info.part_padded_elems, info.parts, n, axpy_steps_.data());
-  }
-  StreamGroup(g, need_,
-              [&](const UnitRows& rows) { AxpyColumns(g, rows, src, src_stride, n, y, integer); });
+  const SumShape shape = WholePayload(info);
+  if (integer) axpy_int_.Begin(shape.cols, shape.parts, n, axpy_steps_.data());
+  StreamGroup(g, need_, [&](const UnitRows& rows) {
+    AxpyColumns(rows, shape, src, src_stride, n, y, integer);
+  });
   if (integer) axpy_int_.Finish(y);
 }
 
-void StreamedFeedForward::AxpyColumns(const Group& g, const UnitRows& rows, const float* src,
+StreamedFeedForward::SumShape StreamedFeedForward::WholePayload(const bundle::UnitGroup& g) {
+  return {0, size_t{g.parts} * g.part_padded_elems, g.parts};
+}
+
+StreamedFeedForward::SumShape StreamedFeedForward::DownPart(const bundle::UnitGroup& g) {
+  return {2 * size_t{g.part_bytes}, g.part_padded_elems, 1};
+}
+
+void StreamedFeedForward::AxpyColumns(const UnitRows& rows, const SumShape& shape, const float* src,
                                       size_t src_stride, size_t n, float* y, bool integer) {
   for (size_t first = 0; first < rows.count; first += width_) {
     const size_t count = std::min(width_, rows.count - first);
@@ -920,13 +913,13 @@ void StreamedFeedForward::AxpyColumns(const Group& g, const UnitRows& rows, cons
         coeff_[t * count + k] = src[t * src_stride + rows.units[first + k]];
       }
     }
-    ops::RowSet set = rows.Slice(first, count);
+    ops::RowSet set = rows.Slice(first, count, shape.offset);
     set.type = bundle_.record_type();
-    // A record's parts, back to back, summed as one row of all their
+    // Several parts, back to back, are summed as one row of all their
     // elements (each part read as a row of its own where the layout spans
     // a row: Q4_0S).
-    set.cols = size_t{g.info->parts} * g.info->part_padded_elems;
-    set.row_parts = g.info->parts;
+    set.cols = shape.cols;
+    set.row_parts = shape.parts;
     if (integer) {
       ops::RowAxpysInt(set, coeff_.data(), n, axpy_int_);
     } else {

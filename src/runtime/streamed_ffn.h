@@ -113,9 +113,6 @@ class StreamedFeedForward : public FeedForward {
     const uint8_t* tail_base = nullptr;
     size_t tail_stride = 0;
     size_t head_bytes = 0;  // where the tail starts in a payload (split only)
-    // Rows of g's cache (CachedRows), which stay there for the rest of the
-    // pass; else rows in a staging buffer that the next chunk reuses.
-    bool cached = false;
     // Rows [first, first + count) as a kernel row set, each row starting
     // `offset` bytes into its payload (type and cols left to the caller).
     ops::RowSet Slice(size_t first, size_t count, size_t offset = 0) const;
@@ -154,13 +151,23 @@ class StreamedFeedForward : public FeedForward {
                size_t ff, float* dst);
   // The cached rows `rows` of g (their units gathered into row_units_).
   UnitRows CachedRows(const Group& g, const std::vector<uint32_t>& rows);
-  // Dip layout: for the column rows `rows` of g, in slices of width_,
-  // weighs each row by the activation of its unit (src[t * src_stride +
-  // unit] for token t) and adds it into y (n rows of g's payload: all its
-  // parts, part_padded_elems elements each, as one row, so that every
-  // record is read once, front to back).
+  // What AxpyColumns sums of each payload: `cols` elements in `parts`
+  // parts, from `offset` bytes on.
+  struct SumShape {
+    size_t offset = 0;
+    size_t cols = 0;
+    size_t parts = 1;
+  };
+  // A dip group's payload whole: all its parts, part_padded_elems elements
+  // each, as one row, so that every record is read once, front to back.
+  static SumShape WholePayload(const bundle::UnitGroup& g);
+  // A neuron record's down part.
+  static SumShape DownPart(const bundle::UnitGroup& g);
+  // For the rows `rows`, in slices of width_, weighs each row (`shape` of
+  // its payload) by the activation of its unit (src[t * src_stride + unit]
+  // for token t) and adds it into y (n rows of shape.cols).
   // With `integer`, into axpy_int_ instead of y (ops::RowAxpysInt).
-  void AxpyColumns(const Group& g, const UnitRows& rows, const float* src, size_t src_stride,
+  void AxpyColumns(const UnitRows& rows, const SumShape& shape, const float* src, size_t src_stride,
                    size_t n, float* y, bool integer);
   // AxpyColumns over every unit of need_ (StreamGroup), added into y: in
   // integers (ops::RowAxpysInt) where the kernels take the record type this
