@@ -275,7 +275,7 @@ void Axpys(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols
 // token: the threads split the columns as Axpys does (in whole 128-column
 // chunks, the form's unit); each zeroes its window's sums, adds every row
 // and finishes its columns of y. `step` is the one an engine would pick
-// (AxpyIntStep).
+// (IntegerStep).
 void AxpyInts(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols, const float* a,
               size_t n, float step, std::vector<int32_t>& sums, float* y, CallTimer& timer) {
   const size_t count = rows.size();
@@ -294,16 +294,16 @@ void AxpyInts(TensorType type, const std::vector<const uint8_t*>& rows, size_t c
   });
 }
 
-// The largest |a * d| over the rows' blocks and the tokens' coefficients,
-// in kAxpyIntMaxMultiple steps: the step that keeps every term's 15 bits.
-float AxpyIntStep(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols,
+// The step an engine would pick: from the largest |a| over the tokens'
+// coefficients and the largest block scale over the rows.
+float IntegerStep(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols,
                   const float* a, size_t n) {
   float largest_scale = 0.0f, largest_a = 0.0f;
   for (const uint8_t* row : rows) {
     largest_scale = std::max(largest_scale, simd::LargestBlockScale(type, row, cols));
   }
   for (size_t i = 0; i < n * rows.size(); ++i) largest_a = std::max(largest_a, std::fabs(a[i]));
-  return largest_a * largest_scale / simd::kAxpyIntMaxMultiple;
+  return simd::AxpyIntStep(largest_a, largest_scale);
 }
 
 // The ceiling of the access pattern: the rows DotRows reads, in its groups
@@ -563,7 +563,7 @@ int Main(int argc, char** argv) {
             };
             const size_t count = picked->size() * rows_per_record;
             const float step = kernel.kernel == Kernel::kAxpyInt
-                                   ? AxpyIntStep(type, rows_of(0), cols, coeff.data(), n)
+                                   ? IntegerStep(type, rows_of(0), cols, coeff.data(), n)
                                    : 0.0f;
             CallTimer timer;
             auto run = [&](const std::vector<const uint8_t*>& rows) {

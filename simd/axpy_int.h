@@ -48,6 +48,13 @@ bool AxpyIntSupports(TensorType type);
 // for a token whose calls must agree with such a target's bits.
 bool AxpyIntFast();
 
+// The step of a token whose largest |coefficient| is `largest_coefficient`
+// over rows whose largest |block scale| is `largest_scale`: the smallest
+// that keeps every multiple within kAxpyIntMaxMultiple.
+inline float AxpyIntStep(float largest_coefficient, float largest_scale) {
+  return largest_coefficient * largest_scale / kAxpyIntMaxMultiple;
+}
+
 // int32 elements of the sums of a window `width` columns wide.
 size_t AxpyIntSumsInts(size_t width);
 

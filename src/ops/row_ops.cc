@@ -419,7 +419,7 @@ uint64_t RowAxpyIntSums::Bytes(size_t cols, size_t n) {
 size_t RowAxpyIntSums::MaxRows() { return simd::kAxpyIntMaxRows; }
 
 float RowAxpyIntSums::Step(float largest_coefficient, float largest_scale) {
-  return largest_coefficient * largest_scale / simd::kAxpyIntMaxMultiple;
+  return simd::AxpyIntStep(largest_coefficient, largest_scale);
 }
 
 void RowAxpyIntSums::Begin(size_t cols, size_t row_parts, size_t n, const float* steps) {
