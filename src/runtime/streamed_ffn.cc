@@ -679,9 +679,10 @@ void StreamedFeedForward::ForwardNeuron(uint32_t layer, const float* x, size_t n
         deferred_.insert(deferred_.end(), slice_units, slice_units + count);
         continue;
       }
-      ops::RowSet down = rows.Slice(first, count, 2 * size_t{info.part_bytes});
+      const SumShape down_part = DownPart(info);
+      ops::RowSet down = rows.Slice(first, count, down_part.offset);
       down.type = set.type;
-      down.cols = set.cols;
+      down.cols = down_part.cols;
       ops::RowAxpys(down, gate_, n, out);
     }
   });
