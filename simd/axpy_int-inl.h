@@ -54,8 +54,16 @@ namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Blocks whose multiples one pass computes at a time (a stack buffer).
-inline constexpr size_t kAxpyIntSpanBlocks = 64;
+// Blocks whose multiples one pass computes at a time (stack buffers of
+// 32 bytes per block in the quad form), so the most columns one sweep over
+// the rows covers: a wider window is summed in several sweeps, each over a
+// part of every row. One sweep per row is what streams well from DRAM: with
+// 64 blocks, rows 3072, 5632 and 11008 wide took two, three and six sweeps
+// and ran at 17.2-18.3, 15.3-15.5 and 14.2-15.3 GB/s, against 22.5-23.3,
+// 20.2-20.9 and 19.5-20.3 with one (Zen 4 VM, `gather_bench --types q4_0s
+// --kernels axpy-int --threads 1 --clock cpu`, rows in order, alternated);
+// rows 2048 wide, one sweep either way, were unchanged.
+inline constexpr size_t kAxpyIntSpanBlocks = 512;
 
 // m[0..count) for one row's blocks whose f16 scales are `stride` bytes
 // apart from `scales` on: the multiple of the step nearest to d * s
