@@ -271,26 +271,36 @@ void Axpys(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols
   });
 }
 
-// The integer form of one AxpyRows call (simd/axpy_int.h), token by
-// token: the threads split the columns as Axpys does (in whole 128-column
-// chunks, the form's unit); each zeroes its window's sums, adds every row
-// and finishes its columns of y. `step` is the one an engine would pick
-// (IntegerStep).
+// The integer form of one AxpyRows call (simd/axpy_int.h) as
+// ops::RowAxpysInt and RowAxpyIntSums do it (src/ops/row_ops.cc): the
+// threads split the rows (in whole passes of sixteen), each adds its rows
+// over every column into its own sums, which are then added up and
+// finished into y. `step` is the one an engine would pick (IntegerStep).
 void AxpyInts(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols, const float* a,
               size_t n, float step, std::vector<int32_t>& sums, float* y, CallTimer& timer) {
-  const size_t count = rows.size();
-  constexpr size_t kUnit = 128;
-  ParallelFor((cols + kUnit - 1) / kUnit, 512 / kUnit, [&](size_t begin, size_t end, int) {
+  const size_t count = rows.size(), per_token = simd::AxpyIntSumsInts(cols);
+  const size_t threads = static_cast<size_t>(std::max(1, ThreadCount()));
+  uint64_t row_bytes = 0;
+  if (!TensorTypeBytes(type, cols, &row_bytes)) ThrowInputError("rows of no byte size");
+  timer.Serial([&] { sums.assign(threads * n * per_token, 0); });
+  const size_t grain = (Grain(row_bytes) + 15) / 16 * 16;
+  ParallelFor(count, grain, [&](size_t begin, size_t end, int range) {
     timer.Body([&] {
-      const size_t c0 = begin * kUnit, width = std::min(cols, end * kUnit) - c0;
-      int32_t* window = sums.data() + simd::AxpyIntSumsInts(c0);  // the ints are per column
+      int32_t* mine = sums.data() + static_cast<size_t>(range) * n * per_token;
       for (size_t t = 0; t < n; ++t) {
-        std::fill(window, window + simd::AxpyIntSumsInts(width), 0);
-        simd::AxpyIntAdd(type, rows.data(), count, cols, c0, width, a + t * count, 1.0f / step,
-                         window);
-        simd::AxpyIntFinish(width, window, step, y + t * cols + c0);
+        simd::AxpyIntAdd(type, rows.data() + begin, end - begin, cols, 0, cols,
+                         a + t * count + begin, 1.0f / step, mine + t * per_token);
       }
     });
+  });
+  timer.Serial([&] {
+    for (size_t range = 1; range < threads; ++range) {
+      const int32_t* other = sums.data() + range * n * per_token;
+      for (size_t i = 0; i < n * per_token; ++i) sums[i] += other[i];
+    }
+    for (size_t t = 0; t < n; ++t) {
+      simd::AxpyIntFinish(cols, sums.data() + t * per_token, step, y + t * cols);
+    }
   });
 }
 
@@ -544,7 +554,11 @@ int Main(int argc, char** argv) {
           const size_t part = kernel.reads_down && parts == 3 ? 2 : 0;  // down or gate
           // Gate and up, or the down part alone.
           const size_t rows_per_record = parts == 3 && !kernel.reads_down ? 2 : 1;
-          for (const auto& [label, picked] : selections) {
+          for (const auto& selection : selections) {
+            // Plain names, not a structured binding: Clang 14's lambdas
+            // cannot capture one.
+            const auto& label = selection.first;
+            const auto& picked = selection.second;
             auto rows_of = [&](size_t copy) {
               std::vector<const uint8_t*> rows;
               rows.reserve(picked->size() * rows_per_record);

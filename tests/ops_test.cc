@@ -380,12 +380,13 @@ TEST_CASE("RowAxpys over records of two parts equals one call per part") {
 // The integer form over records of two Q4_0S or Q4_0 parts (the dip
 // layout's up and gate columns): each token's bits whether it comes alone or in a
 // batch, whatever the split of the rows into calls and the thread count
-// (two threads split the 1536 columns, one window across the parts'
-// boundary); within the rounding of its multiples of the float sums.
+// (two threads split a call's rows: the whole set in one call, 200 rows,
+// is more than one range of ParallelFor); within the rounding of its
+// multiples of the float sums.
 TEST_CASE("RowAxpysInt: each token's bits alone or in a batch, any split and thread count") {
   for (TensorType type : {TensorType::kQ4_0S, TensorType::kQ4_0}) {
     CAPTURE(TensorTypeName(type));
-    const size_t part_cols = 768, n_records = 90;
+    const size_t part_cols = 768, n_records = 400;
     const TwoPartRecords records(type, part_cols, n_records, 41);
     float largest_scale = 0.0f;
     for (size_t r = 0; r < 2 * n_records; ++r) {
@@ -417,6 +418,14 @@ TEST_CASE("RowAxpysInt: each token's bits alone or in a batch, any split and thr
 
     for (int threads : {1, 2}) {
       SetThreadCount(threads);
+      {
+        CAPTURE(threads);
+        std::vector<float> again = y0;
+        sums.Begin(cols, 2, n, steps.data());
+        ops::RowAxpysInt(all, a.data(), n, sums);
+        sums.Finish(again.data());
+        CHECK(again == batch);
+      }
       for (size_t t = 0; t < n; ++t) {
         CAPTURE(threads);
         CAPTURE(t);

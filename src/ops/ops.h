@@ -152,7 +152,8 @@ class RowAxpyIntSums {
   // this CPU: Q4_0S and Q4_0 with the fast kernels where the SIMD target
   // sums in integers faster than RowAxpys (x86 with AVX-512 VNNI).
   static bool Usable(TensorType type);
-  // Bytes of the sums of n tokens over rows of `cols` elements.
+  // Bytes of the sums of n tokens over rows of `cols` elements (a set for
+  // each thread).
   static uint64_t Bytes(size_t cols, size_t n);
   // The most rows a token's sums may take (over all its calls).
   static size_t MaxRows();
@@ -162,17 +163,21 @@ class RowAxpyIntSums {
   // Zeroes the sums of n tokens (token t's step steps[t], finite, >= 0)
   // over RowSets of `cols` elements in `row_parts` parts.
   void Begin(size_t cols, size_t row_parts, size_t n, const float* steps);
-  // y (n x cols) += each token's sums times its step.
-  void Finish(float* y) const;
+  // y (n x cols) += each token's sums times its step (once per Begin).
+  void Finish(float* y);
 
  private:
   friend void RowAxpysInt(const RowSet& rows, const float* a, size_t n, RowAxpyIntSums& sums);
-  int32_t* token(size_t t) { return sums_.data() + t * per_token_; }
-  const int32_t* token(size_t t) const { return sums_.data() + t * per_token_; }
+  // Token t's sums of the rows that ParallelFor's range `range` took.
+  int32_t* sums(size_t range, size_t t) { return sums_.data() + (range * n_ + t) * per_token_; }
 
+  // One set of n tokens' sums per thread: RowAxpysInt splits its rows
+  // between threads, each of which sums its rows over every column (a
+  // split of the columns instead reads part of every row in each thread,
+  // which streams badly from DRAM); Finish adds them up.
   std::vector<int32_t> sums_;
   std::vector<float> steps_;
-  size_t cols_ = 0, parts_ = 1, n_ = 0, per_token_ = 0;
+  size_t cols_ = 0, parts_ = 1, n_ = 0, per_token_ = 0, threads_ = 1;
 };
 // sums' tokens += sum_k a[t * rows.count + k] * row k, as RowAxpys would add
 // to y: rows of sums' type, cols and row_parts, n the tokens of Begin.
