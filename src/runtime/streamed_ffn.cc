@@ -111,8 +111,12 @@ uint64_t KernelScratchBytes(const bundle::Bundle& b, size_t width, size_t max_ba
                         g.kind == bundle::RecordKind::kNeuron;  // its down parts
     bounded |= summed && g.largest_scale > 0.0f;
   }
+  // Only batches that RowProductsUsePanels leaves to the gather kernels
+  // take them (IntegerSumsFit).
+  size_t integer_batch = max_batch;
+  while (integer_batch > 0 && ops::RowProductsUsePanels(integer_batch)) --integer_batch;
   const uint64_t integer_sums = ops::RowAxpyIntSums::Usable(b.record_type()) && bounded
-                                    ? ops::RowAxpyIntSums::Bytes(AxpyRowElems(b), max_batch)
+                                    ? ops::RowAxpyIntSums::Bytes(AxpyRowElems(b), integer_batch)
                                     : 0;
   return ops::RowDotsScratchBytes(b.record_type(), DotRowElems(b), /*max_rows=*/width, max_batch) +
          ops::RowAxpysScratchBytes(b.record_type(), AxpyRowElems(b), /*max_rows=*/width,
