@@ -168,6 +168,8 @@ class RowAxpyIntSums {
 
  private:
   friend void RowAxpysInt(const RowSet& rows, const float* a, size_t n, RowAxpyIntSums& sums);
+  // Sets of sums: one per thread (ParallelFor's ranges).
+  static size_t Sets();
   // Token t's sums of the rows that ParallelFor's range `range` took.
   int32_t* sums(size_t range, size_t t) { return sums_.data() + (range * n_ + t) * per_token_; }
 
@@ -177,7 +179,7 @@ class RowAxpyIntSums {
   // which streams badly from DRAM); Finish adds them up.
   std::vector<int32_t> sums_;
   std::vector<float> steps_;
-  size_t cols_ = 0, parts_ = 1, n_ = 0, per_token_ = 0, threads_ = 1;
+  size_t cols_ = 0, parts_ = 1, n_ = 0, per_token_ = 0, sets_ = 1;
 };
 // sums' tokens += sum_k a[t * rows.count + k] * row k, as RowAxpys would add
 // to y: rows of sums' type, cols and row_parts, n the tokens of Begin.

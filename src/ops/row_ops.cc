@@ -241,8 +241,7 @@ void RowAxpysByPanels(const RowSet& rows, const float* a, size_t n, float* y) {
 
 // RowAxpys' split of the columns between threads: one range of whole
 // 64-column units each (whole blocks of every gather type), fn(c0, c1).
-// The ranges depend only on cols and the thread count, so calls over one
-// set of sums split them alike.
+// The ranges depend only on cols and the thread count.
 constexpr size_t kAxpyColumnUnit = 64;
 template <class Fn>
 void ForColumnRanges(size_t cols, const Fn& fn) {
@@ -251,20 +250,6 @@ void ForColumnRanges(size_t cols, const Fn& fn) {
               [&](size_t begin, size_t end, int) {
                 fn(begin * kAxpyColumnUnit, std::min(cols, end * kAxpyColumnUnit));
               });
-}
-
-// The pieces of columns [c0, c1) of rows of `cols` elements in `parts`
-// parts, one per part they cross: fn(part, first column within it, width,
-// first column within the row).
-template <class Fn>
-void ForPartWindows(size_t cols, size_t parts, size_t c0, size_t c1, const Fn& fn) {
-  const size_t part_cols = cols / parts;
-  for (size_t c = c0; c < c1;) {
-    const size_t p = c / part_cols;
-    const size_t end = std::min(c1, (p + 1) * part_cols);
-    fn(p, c - p * part_cols, end - c, c);
-    c = end;
-  }
 }
 
 }  // namespace
@@ -418,9 +403,10 @@ bool RowAxpyIntSums::Usable(TensorType type) {
   return GetKernelMode() == KernelMode::kFast && simd::AxpyIntSupports(type) && simd::AxpyIntFast();
 }
 
+size_t RowAxpyIntSums::Sets() { return static_cast<size_t>(std::max(1, ThreadCount())); }
+
 uint64_t RowAxpyIntSums::Bytes(size_t cols, size_t n) {
-  return uint64_t{n} * simd::AxpyIntSumsInts(cols) * sizeof(int32_t) *
-         static_cast<uint64_t>(std::max(1, ThreadCount()));
+  return uint64_t{Sets()} * n * simd::AxpyIntSumsInts(cols) * sizeof(int32_t);
 }
 
 size_t RowAxpyIntSums::MaxRows() { return simd::kAxpyIntMaxRows; }
@@ -434,8 +420,8 @@ void RowAxpyIntSums::Begin(size_t cols, size_t row_parts, size_t n, const float*
   parts_ = row_parts;
   n_ = n;
   per_token_ = simd::AxpyIntSumsInts(cols);
-  threads_ = static_cast<size_t>(std::max(1, ThreadCount()));
-  sums_.assign(threads_ * n * per_token_, 0);
+  sets_ = Sets();
+  sums_.assign(sets_ * n * per_token_, 0);
   steps_.assign(steps, steps + n);
 }
 
@@ -462,7 +448,7 @@ void RowAxpysInt(const RowSet& rows, const float* a, size_t n, RowAxpyIntSums& s
       }
     }
   };
-  if (static_cast<size_t>(std::max(1, ThreadCount())) != sums.threads_) {
+  if (RowAxpyIntSums::Sets() != sums.sets_) {
     add(0, count, 0);  // a thread count other than Begin's: no room for its ranges
     return;
   }
@@ -475,14 +461,12 @@ void RowAxpysInt(const RowSet& rows, const float* a, size_t n, RowAxpyIntSums& s
 }
 
 void RowAxpyIntSums::Finish(float* y) {
-  // Each window's sums of the other ranges join range 0's: exact, so the
-  // order does not matter.
-  for (size_t range = 1; range < threads_; ++range) {
-    for (size_t t = 0; t < n_; ++t) {
-      int32_t* into = sums(0, t);
-      const int32_t* from = sums(range, t);
-      for (size_t i = 0; i < per_token_; ++i) into[i] += from[i];
-    }
+  // The other ranges' sums join range 0's: exact, so the order does not
+  // matter.
+  for (size_t range = 1; range < sets_; ++range) {
+    int32_t* into = sums(0, 0);
+    const int32_t* from = sums(range, 0);
+    for (size_t i = 0; i < n_ * per_token_; ++i) into[i] += from[i];
   }
   ParallelFor(n_ * parts_, 1, [&](size_t begin, size_t end, int) {
     const size_t part_cols = cols_ / parts_;
