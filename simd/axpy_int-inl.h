@@ -174,10 +174,16 @@ inline constexpr size_t kQuadChunkCols = 128;
 // are free. Loading and storing the chunk's 16 vectors of sums once per pass
 // makes it 23.2 cycles per quad at four quads a pass (20.6 at eight, 18.7 at
 // sixteen). The kernel's own loop, with its rows in L1 and neither multiples
-// nor prefetches, takes about 31; the multiples add about 15% to that. More
-// quads a pass cost more from DRAM than they save: eight ran 6% faster in L2
-// and at 16.1-18.1 GB/s against 15.0-23.9 from DRAM (`gather_bench --types
-// q4_0s --shapes 2048x5632 --kernels axpy-int`, three alternated rounds).
+// nor prefetches, takes about 31; the multiples add about 15% to that. From
+// DRAM, though, the reads are what bound it: a timing-only version that
+// loads and prefetches the same bytes and multiplies none ran at 15.2-19.6
+// GB/s where the kernel ran at 21.9-23.4 (rows 2048 wide, `gather_bench
+// --types q4_0s --shapes 2048x5632 --kernels axpy-int`, six alternated
+// rounds), and prefetching two passes ahead changed neither. More quads a
+// pass cost more from DRAM than they save: eight ran 6% faster in L2 and at
+// 16.1-18.1 GB/s against 15.0-23.9 from DRAM; two and three ran at 19.6-19.8
+// and 19.9-22.6 against 20.5-23.9.
+//
 // Halving the products (one byte per multiple) ran 40% faster in L2 in a
 // timing-only version. A version that keeps the sums exact with one byte per
 // multiple gave each row a tier, a power-of-two multiple of the step from
