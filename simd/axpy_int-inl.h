@@ -341,9 +341,6 @@ HWY_INLINE __m512i DotBytes(__m512i acc, __m512i u8, __m512i s8) {
   return acc;
 }
 
-// One chunk of one pass: the pass's kQuads quads of rows added to the
-// chunk's 16 vectors of sums (h and l: 128 int32 each), which stay in
-// registers for the whole pass (a fixed count, so the loops unroll).
 // Four blocks' 16 nibble bytes of a Q4_0 row, 18 bytes apart from p on,
 // in the 128-bit lanes of one vector (as Q4_0S keeps them): the first
 // three picked out of one load, the fourth loaded into lane 3.
@@ -362,6 +359,9 @@ HWY_INLINE __m512i FourBlocksNibbles(const uint8_t* p) {
   return _mm512_inserti32x4(three, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 54)), 3);
 }
 
+// One chunk of one pass: the pass's kQuads quads of rows added to the
+// chunk's 16 vectors of sums (h and l: 128 int32 each), which stay in
+// registers for the whole pass (a fixed count, so the loops unroll).
 template <size_t kQuads, bool kSplit>
 HWY_INLINE void QuadsChunk(const QuadRows& pass, const uint32_t (*chi)[kAxpyIntSpanBlocks],
                            const uint32_t (*clo)[kAxpyIntSpanBlocks], size_t at, size_t c,
