@@ -179,18 +179,38 @@ inline constexpr size_t kQuadChunkCols = 128;
 // loads and prefetches the same bytes and multiplies none ran at 15.2-19.6
 // GB/s where the kernel ran at 21.9-23.4 (rows 2048 wide, `gather_bench
 // --types q4_0s --shapes 2048x5632 --kernels axpy-int`, six alternated
-// rounds), and prefetching two passes ahead changed neither. More quads a
-// pass cost more from DRAM than they save: eight ran 6% faster in L2 and at
-// 16.1-18.1 GB/s against 15.0-23.9 from DRAM; two and three ran at 19.6-19.8
-// and 19.9-22.6 against 20.5-23.9.
+// rounds). More quads a pass cost more from DRAM than they save: eight ran
+// 6% faster in L2 and at 16.1-18.1 GB/s against 15.0-23.9 from DRAM; two
+// and three ran at 19.6-19.8 and 19.9-22.6 against 20.5-23.9.
+//
+// Reading sixteen rows side by side leans on software prefetches, which
+// sustain less than the hardware prefetchers do on a few long streams: in a
+// throwaway loop over rows 2048 wide, loads alone ran at 96-101% of a
+// four-stream probe (29-31 GB/s) as four sequential streams and 91% as
+// eight, but at 16-22 GB/s (60-78%) as sixteen rows a line at a time with
+// the next rows prefetched (in their order or in address order, one to four
+// passes ahead). Orders the hardware follows cost the sums more than they
+// save: one quad at a time along whole rows, its four rows from the four
+// quarters of the list (as DotRows reads), with the sums loaded and stored
+// per chunk, ran at 17.0-18.9 GB/s from DRAM against 19.4-23.5 (rows 768
+// and 2048 wide; eight quarters, two quads a pass: 14.9-18.1); in a loop that
+// reads four streams and also loads and stores eight vectors per four
+// lines, as such a form must, the reads fell from 96-101% of the probe to
+// 56-85%. Adding the high-byte products into the low-byte sums (shifted by
+// 8, the high ones started at zero in registers, lo folded into hi every 64
+// quads) halved the sums' loads and stores and ran rows 768 wide at
+// 21.0-24.2 GB/s against 20.5-22.4, but rows 2048 wide at 20.5-22.2 against
+// 21.5-24.3 (both two passes ahead, eight alternated rounds): not kept.
 //
 // Halving the products (one byte per multiple) ran 40% faster in L2 in a
-// timing-only version. A version that keeps the sums exact with one byte per
-// multiple gave each row a tier, a power-of-two multiple of the step from
-// the row's largest block scale (7 to 8 bits of each row instead of 15 of
-// the token's largest term), sorted a call's rows by tier and summed each
-// tier apart. By perf's samples, on rows 768 wide in L2, its summing took
-// about 30% less time and finding the tiers about 25 cycles a row. From DRAM
+// timing-only version, and no faster from DRAM (rows 2048 wide 14.7-19.7
+// GB/s against 21.4-23.7, 768 wide 19.5-20.3 against 18.5-20.3). A version
+// that keeps the sums exact with one byte per multiple gave each row a
+// tier, a power-of-two multiple of the step from the row's largest block
+// scale (7 to 8 bits of each row instead of 15 of the token's largest
+// term), sorted a call's rows by tier and summed each tier apart. By
+// perf's samples, on rows 768 wide in L2, its summing took about 30% less
+// time and finding the tiers about 25 cycles a row. From DRAM
 // those rows ran at 10.8-10.9 GB/s against 18.3-20.5 (2048 wide: 18.8-19.2
 // against 21.5-23.3), and still at 10.2-11.0 with each row's tier taken from
 // one scale (timing only, as a largest scale stored with each record would
@@ -402,9 +422,44 @@ HWY_INLINE void QuadsChunk(const QuadRows& pass, const uint32_t (*chi)[kAxpyIntS
   }
 }
 
+// Prefetches into L2 chunk c of a pass's rows for a span whose first
+// nibble byte is at `nibbles_at` and first scale at `scale_at` (Q4_0S: its
+// scales, 8 bytes a chunk, with the first chunks).
+template <bool kSplit>
+HWY_INLINE void PrefetchPassChunk(const QuadRows& pass, size_t nibbles_at, size_t scale_at,
+                                  size_t c, size_t span_chunks) {
+  constexpr size_t kChunkBytes = kQuadChunkBlocks * (kSplit ? 16 : sizeof(BlockQ4_0));
+  const size_t at = nibbles_at + kChunkBytes * c;
+  for (size_t r = 0; r < 4 * pass.quads; ++r) {
+    PrefetchLine(pass.rows[r] + at, /*into_l2=*/true);
+    if (!kSplit) {  // 72 bytes: the next line or two
+      PrefetchLine(pass.rows[r] + at + 64, /*into_l2=*/true);
+      PrefetchLine(pass.rows[r] + at + kChunkBytes - 1, /*into_l2=*/true);
+    } else if (64 * c < 8 * span_chunks + 64) {
+      PrefetchLine(pass.rows[r] + scale_at + 64 * c, /*into_l2=*/true);
+    }
+  }
+}
+
 // Quad form over whole chunks [0, nchunks) of the window starting at block
 // b0 of rows with row_blocks blocks: hi/lo hold 128 int32 per chunk, msum
 // one per block.
+//
+// Each pass prefetches a later pass, a chunk at a time as it sums its own:
+// as many passes ahead as cover 12 KB of rows (AxpyIntPassesAhead), so two
+// for rows 768 or 1024 wide, three for 512, one from 1536 on. Against one
+// pass ahead everywhere (Zen 4 VM, `gather_bench --kernels axpy-int
+// --threads 1 --clock cpu`, alternated): every row in order, Q4_0S 768 wide
+// 21.6-22.1 GB/s against 19.1-20.1 and Q4_0 17.7-18.3 against 13.8-15.3 (ten
+// rounds), Q4_0S 1024 wide 23.3-24.7 against 19.8-21.4 and 512 wide
+// 19.2-20.5 against 15.1-15.8 (six rounds, one slow outlier each); a
+// quarter of rows 768 wide in order and in random order the same (sixteen
+// rounds, medians 16.0 and 16.0, 10.4 and 10.5 GB/s). Two passes ahead for
+// every width left Q4_0S rows 2048 wide where they were (twelve rounds,
+// medians 22.5 both) and took rows 6144 wide from 18.0-19.2 to 17.0-18.6.
+// The loads alone in this order (`--kernels read-int`) read Q4_0S rows
+// 2048 wide at 26.2-28.2 GB/s two passes ahead and 20.8-22.9 one ahead;
+// the kernel, at 21-24 either way, does not follow.
 template <bool kSplit>
 HWY_INLINE void AddQuads(const uint8_t* const* rows, size_t offset, size_t count, size_t row_blocks,
                          size_t b0, size_t nchunks, const float* a, float inv_step,
@@ -422,31 +477,30 @@ HWY_INLINE void AddQuads(const uint8_t* const* rows, size_t offset, size_t count
     const size_t sb = b0 + c0 * kQuadChunkBlocks;  // the span's first block in the row
     const size_t scale_at = offset + layout.scale_stride * sb;
     const size_t nibbles_at = offset + layout.nibbles_at + layout.nibble_stride * sb;
+    // Passes i .. i + ahead in ring[(i .. i + ahead) % (ahead + 1)]; each
+    // row's span holds its nibbles and (Q4_0S) 8 bytes of scales a chunk.
+    static_assert(4 * kQuadsPerPass == 16);
+    const size_t ahead = AxpyIntPassesAhead(span_chunks * (kChunkBytes + (kSplit ? 8 : 0)));
+    QuadRows ring[kAxpyIntMaxPassesAhead + 1];
     size_t k = 0;
-    QuadRows pass, next;
-    NextQuadRows(rows, count, a, inv_step, &k, &next);
-    while (next.quads > 0) {
-      pass = next;
-      NextQuadRows(rows, count, a, inv_step, &k, &next);
+    for (size_t j = 0; j <= ahead; ++j) NextQuadRows(rows, count, a, inv_step, &k, &ring[j]);
+    // The passes no earlier pass prefetches.
+    for (size_t j = 1; j < ahead; ++j) {
+      for (size_t c = 0; c < span_chunks; ++c) {
+        PrefetchPassChunk<kSplit>(ring[j], nibbles_at, scale_at, c, span_chunks);
+      }
+    }
+    for (size_t i = 0; ring[i % (ahead + 1)].quads > 0; ++i) {
+      QuadRows& pass = ring[i % (ahead + 1)];
+      const QuadRows& fetch = ring[(i + ahead) % (ahead + 1)];
       for (size_t q = 0; q < pass.quads; ++q) {
         QuadCoefficients(pass.rows + 4 * q, pass.s + 4 * q, scale_at, layout.scale_stride,
                          span_chunks * kQuadChunkBlocks, chi[q], clo[q],
                          msum + c0 * kQuadChunkBlocks);
       }
-      // The next pass's span is prefetched into L2 a chunk at a time
-      // (Q4_0S: its scales, 8 bytes a chunk, with the first ones).
-      const size_t ahead = 4 * next.quads;
       for (size_t c = 0; c < span_chunks; ++c) {
+        PrefetchPassChunk<kSplit>(fetch, nibbles_at, scale_at, c, span_chunks);
         const size_t at = nibbles_at + kChunkBytes * c;
-        for (size_t r = 0; r < ahead; ++r) {
-          PrefetchLine(next.rows[r] + at, /*into_l2=*/true);
-          if (!kSplit) {  // 72 bytes: the next line or two
-            PrefetchLine(next.rows[r] + at + 64, /*into_l2=*/true);
-            PrefetchLine(next.rows[r] + at + kChunkBytes - 1, /*into_l2=*/true);
-          } else if (64 * c < 8 * span_chunks + 64) {
-            PrefetchLine(next.rows[r] + scale_at + 64 * c, /*into_l2=*/true);
-          }
-        }
         int32_t* h = hi + kQuadChunkCols * (c0 + c);
         int32_t* l = lo + kQuadChunkCols * (c0 + c);
         switch (pass.quads) {
@@ -464,6 +518,7 @@ HWY_INLINE void AddQuads(const uint8_t* const* rows, size_t offset, size_t count
             break;
         }
       }
+      NextQuadRows(rows, count, a, inv_step, &k, &pass);  // pass i + ahead + 1
     }
   }
 }

@@ -41,6 +41,20 @@ inline constexpr int32_t kAxpyIntMaxMultiple = 32639;
 // sums hold 65536 rows' terms of up to 127 * 255 each.
 inline constexpr size_t kAxpyIntMaxRows = 65536;
 
+// Where the sums read sixteen rows side by side (x86 with AVX-512 VNNI),
+// each pass over sixteen rows prefetches a later one: the first whose
+// distance covers at least kAxpyIntPrefetchBytes of rows, at most
+// kAxpyIntMaxPassesAhead passes ahead (simd/axpy_int-inl.h, AddQuads, has
+// the measurements).
+inline constexpr size_t kAxpyIntPrefetchBytes = 12 * 1024;
+inline constexpr size_t kAxpyIntMaxPassesAhead = 4;
+// Passes ahead for rows of which each pass reads `row_bytes`.
+inline size_t AxpyIntPassesAhead(size_t row_bytes) {
+  const size_t pass_bytes = 16 * row_bytes;
+  const size_t passes = (kAxpyIntPrefetchBytes + pass_bytes - 1) / pass_bytes;
+  return passes < 1 ? 1 : passes > kAxpyIntMaxPassesAhead ? kAxpyIntMaxPassesAhead : passes;
+}
+
 // Types AxpyIntAdd takes (Q4_0S, Q4_0).
 bool AxpyIntSupports(TensorType type);
 // Whether the current target sums in integers faster than AxpyRows
