@@ -33,7 +33,7 @@
 //                [--threads 1,2] [--tokens 1] [--reps 15] [--rotate-mib 768]
 //                [--probe-mib 1024] [--parts 3] [--layout split|records]
 //                [--clock wall|cpu]
-//                [--kernels dot,axpy,read,read-axpy]
+//                [--kernels dot,axpy,axpy-int,read,read-axpy,read-int]
 //
 // `read` is not a kernel of the engine: it loads the rows DotRows reads,
 // with the same grouping and prefetching, and does no arithmetic, so its
@@ -42,7 +42,9 @@
 // of the list at a time (the order its sums must keep), line by line
 // across the four, prefetching as its kernels do; with rows in order these
 // are four short streams side by side, which the hardware prefetchers do
-// not run ahead of as they do DotRows' four long ones.
+// not run ahead of as they do DotRows' four long ones. `read-int` does the
+// same in the order of AxpyRows' integer form (axpy-int): sixteen entries
+// side by side, led by software prefetches two groups ahead.
 //
 // Shapes are D_MODELxCOUNT. With --tokens N > 1 the figures are for a
 // prompt batch (each row read once for all N tokens; compute-bound).
@@ -316,41 +318,59 @@ float IntegerStep(TensorType type, const std::vector<const uint8_t*>& rows, size
   return simd::AxpyIntStep(largest_a, largest_scale);
 }
 
-// The ceiling of the access pattern: the rows DotRows reads, in its groups
-// of four (in its order) and with its prefetching (each row's bytes one group ahead, as
-// simd::Prefetcher does), but one 8-byte load per 64-byte line and no
+// The ceiling of an access pattern: the rows a kernel reads, in its order
+// and with its prefetching, but one 8-byte load per 64-byte line and no
 // arithmetic. Where this line is below the probe too, the gap is the
 // memory system's (rows at scattered addresses keep fewer lines in flight
 // than sequential streams, which the hardware prefetchers run ahead of),
-// not the kernels'.
-uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, bool dot_order) {
-  // DotRows' order: group i holds entries i, i + q, i + 2q and i + 3q
-  // (q = count / 4), then the rest follow. AxpyRows': the list's order.
-  thread_local std::vector<const uint8_t*> order;
-  order.clear();
-  const size_t q = dot_order ? count / 4 : 0;
-  for (size_t i = 0; i < q; ++i) {
-    for (size_t r = 0; r < 4; ++r) order.push_back(list[i + r * q]);
+// not the kernels'. The orders:
+//  - DotRows': groups of four, group i holding entries i, i + q, i + 2q and
+//    i + 3q (q = count / 4), then the rest; each row's bytes one group
+//    ahead (simd::Prefetcher);
+//  - AxpyRows': four consecutive entries at a time, each row prefetched
+//    kPrefetchAhead bytes ahead, running on into the next four's rows;
+//  - the integer sums' (simd/axpy_int-inl.h, the quad form): sixteen
+//    consecutive entries at a time, line by line across the sixteen, each
+//    line of a later sixteen (simd::AxpyIntPassesAhead) prefetched into L2
+//    as the same line of these is read, and the sixteens between them
+//    before the first is read.
+enum class ReadOrder { kDot, kAxpy, kAxpyInt };
+
+uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, ReadOrder order) {
+  thread_local std::vector<const uint8_t*> reordered;
+  const uint8_t* const* rows = list;
+  if (order == ReadOrder::kDot) {
+    reordered.clear();
+    const size_t q = count / 4;
+    for (size_t i = 0; i < q; ++i) {
+      for (size_t r = 0; r < 4; ++r) reordered.push_back(list[i + r * q]);
+    }
+    for (size_t k = 4 * q; k < count; ++k) reordered.push_back(list[k]);
+    rows = reordered.data();
   }
-  for (size_t k = 4 * q; k < count; ++k) order.push_back(list[k]);
-  const uint8_t* const* rows = order.data();
-  // Each row `ahead` bytes ahead, running on into the next group's rows
-  // (AxpyRows' Prefetcher); DotRows' groups prefetch the next group's rows
-  // at the same offset.
-  const size_t ahead = dot_order ? row_bytes : std::min(simd::kPrefetchAhead, row_bytes);
-  const bool into_l2 = simd::PrefetchIntoL2(4, ahead);  // as the kernels' Prefetcher
+  const size_t group = order == ReadOrder::kAxpyInt ? 16 : 4;
+  // Prefetch distance from the line being read, in bytes of a row: past
+  // the row it lands in a later group's rows, at the same offset.
+  const size_t ahead = order == ReadOrder::kAxpy  ? std::min(simd::kPrefetchAhead, row_bytes)
+                       : order == ReadOrder::kDot ? row_bytes
+                                                  : simd::AxpyIntPassesAhead(row_bytes) * row_bytes;
+  const bool into_l2 = order == ReadOrder::kAxpyInt || simd::PrefetchIntoL2(4, ahead);
+  // The integer sums prefetch the groups before the one the first group
+  // prefetches before reading it. (Plain loops: with the prefetches in a
+  // lambda this order read at half the speed.)
+  if (order == ReadOrder::kAxpyInt) {
+    for (size_t r = group; r < std::min(ahead / row_bytes * group, count); ++r) {
+      for (size_t o = 0; o < row_bytes; o += 64) simd::PrefetchLine(rows[r] + o, into_l2);
+    }
+  }
   uint64_t sum = 0;
-  for (size_t k = 0; k < count; k += 4) {
-    const size_t m = std::min<size_t>(4, count - k);
-    const size_t next = k + 4 < count ? std::min<size_t>(4, count - k - 4) : 0;
+  for (size_t k = 0; k < count; k += group) {
+    const size_t m = std::min(group, count - k);
     for (size_t o = 0; o < row_bytes; o += 64) {
-      const size_t p = o + ahead;  // the offset prefetched, past the row: the next group's
-      if (p < row_bytes) {
-        for (size_t r = 0; r < m; ++r) simd::PrefetchLine(rows[k + r] + p, into_l2);
-      } else if (p - row_bytes < row_bytes) {
-        for (size_t r = 0; r < next; ++r) {
-          simd::PrefetchLine(rows[k + 4 + r] + (p - row_bytes), into_l2);
-        }
+      const size_t p = o + ahead;
+      const size_t first = k + p / row_bytes * group;
+      for (size_t r = first; r < std::min(first + group, count); ++r) {
+        simd::PrefetchLine(rows[r] + p % row_bytes, into_l2);
       }
       // The line's first 8 bytes, or the row's last ones (rows may be
       // shorter than 8 bytes: an F32 row of one element).
@@ -368,11 +388,11 @@ uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, bo
 
 std::atomic<uint64_t> g_read_sink{0};  // keeps ReadRows' loads
 
-void Reads(const std::vector<const uint8_t*>& rows, size_t row_bytes, bool dot_order,
+void Reads(const std::vector<const uint8_t*>& rows, size_t row_bytes, ReadOrder order,
            CallTimer& timer) {
   ParallelFor(rows.size(), Grain(row_bytes), [&](size_t begin, size_t end, int) {
     timer.Body([&] {
-      g_read_sink.fetch_add(ReadRows(rows.data() + begin, end - begin, row_bytes, dot_order),
+      g_read_sink.fetch_add(ReadRows(rows.data() + begin, end - begin, row_bytes, order),
                             std::memory_order_relaxed);
     });
   });
@@ -396,9 +416,10 @@ int Main(int argc, char** argv) {
        cxxopts::value<std::string>()->default_value("2048x5632,4096x11008"))
       ("threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))
       ("tokens", "Tokens per call (batch)", cxxopts::value<size_t>()->default_value("1"))
-      ("kernels", "dot,axpy,axpy-int,read,read-axpy (axpy-int: AxpyRows' sums in integers, "
-       "simd/axpy_int.h, Q4_0S and Q4_0; read: the rows DotRows loads, without arithmetic, "
-       "the pattern's ceiling; read-axpy: the same in AxpyRows' order)",
+      ("kernels", "dot,axpy,axpy-int,read,read-axpy,read-int (axpy-int: AxpyRows' sums in "
+       "integers, simd/axpy_int.h, Q4_0S and Q4_0; read: the rows DotRows loads, without "
+       "arithmetic, the pattern's ceiling; read-axpy and read-int: the same in AxpyRows' order "
+       "and in the integer sums')",
        cxxopts::value<std::string>()->default_value("dot,axpy,read"))
       ("reps", "Timed repetitions per case (median reported)",
        cxxopts::value<int>()->default_value("15"))
@@ -442,7 +463,7 @@ int Main(int argc, char** argv) {
   // The kernels, by --kernels name: what the table calls them and whether
   // they read a record's down part (as the down projection does) rather
   // than its gate part.
-  enum class Kernel { kDot, kAxpy, kAxpyInt, kRead, kReadAxpy };
+  enum class Kernel { kDot, kAxpy, kAxpyInt, kRead, kReadAxpy, kReadInt };
   struct KernelInfo {
     Kernel kernel;
     const char* name;
@@ -455,13 +476,15 @@ int Main(int argc, char** argv) {
       {Kernel::kAxpyInt, "axpy-int", "AxpyRows in integers", true},
       {Kernel::kRead, "read", "read (loads only)", false},
       {Kernel::kReadAxpy, "read-axpy", "read (AxpyRows' order)", true},
+      {Kernel::kReadInt, "read-int", "read (integer sums' order)", true},
   };
   bool run_kernel[std::size(kKernels)] = {};
   for (const std::string& k : Split(opts["kernels"].as<std::string>(), ',')) {
     const auto* it = std::find_if(std::begin(kKernels), std::end(kKernels),
                                   [&](const KernelInfo& info) { return k == info.name; });
     if (it == std::end(kKernels))
-      ThrowInputError("unknown kernel '", k, "' (want dot, axpy, axpy-int, read, read-axpy)");
+      ThrowInputError("unknown kernel '", k,
+                      "' (want dot, axpy, axpy-int, read, read-axpy, read-int)");
     run_kernel[it - std::begin(kKernels)] = true;
   }
   const size_t n = std::max<size_t>(1, opts["tokens"].as<size_t>());
@@ -594,8 +617,13 @@ int Main(int argc, char** argv) {
                   AxpyInts(type, rows, cols, coeff.data(), n, step, sums, y.data(), timer);
                   break;
                 case Kernel::kRead:
+                  Reads(rows, caches.part_bytes, ReadOrder::kDot, timer);
+                  break;
                 case Kernel::kReadAxpy:
-                  Reads(rows, caches.part_bytes, kernel.kernel == Kernel::kRead, timer);
+                  Reads(rows, caches.part_bytes, ReadOrder::kAxpy, timer);
+                  break;
+                case Kernel::kReadInt:
+                  Reads(rows, caches.part_bytes, ReadOrder::kAxpyInt, timer);
                   break;
               }
               return timer.Seconds();
