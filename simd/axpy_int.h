@@ -48,11 +48,11 @@ inline constexpr size_t kAxpyIntMaxRows = 65536;
 // the measurements).
 inline constexpr size_t kAxpyIntPrefetchBytes = 12 * 1024;
 inline constexpr size_t kAxpyIntMaxPassesAhead = 4;
-// Passes ahead for rows of which each pass reads `row_bytes`.
+// Passes ahead for rows of which each pass reads `row_bytes` (> 0).
 inline size_t AxpyIntPassesAhead(size_t row_bytes) {
   const size_t pass_bytes = 16 * row_bytes;
-  const size_t passes = (kAxpyIntPrefetchBytes + pass_bytes - 1) / pass_bytes;
-  return passes < 1 ? 1 : passes > kAxpyIntMaxPassesAhead ? kAxpyIntMaxPassesAhead : passes;
+  const size_t passes = (kAxpyIntPrefetchBytes + pass_bytes - 1) / pass_bytes;  // >= 1
+  return passes < kAxpyIntMaxPassesAhead ? passes : kAxpyIntMaxPassesAhead;
 }
 
 // Types AxpyIntAdd takes (Q4_0S, Q4_0).
