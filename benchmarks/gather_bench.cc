@@ -44,7 +44,8 @@
 // are four short streams side by side, which the hardware prefetchers do
 // not run ahead of as they do DotRows' four long ones. `read-int` does the
 // same in the order of AxpyRows' integer form (axpy-int): sixteen entries
-// side by side, led by software prefetches two groups ahead.
+// side by side, led by software prefetches as many groups ahead as its
+// kernel (simd::AxpyIntPassesAhead).
 //
 // Shapes are D_MODELxCOUNT. With --tokens N > 1 the figures are for a
 // prompt batch (each row read once for all N tokens; compute-bound).
