@@ -1,7 +1,8 @@
-// Small pieces every benchmark shares: list parsing for flags and the
-// machine facts printed above each table.
+// Small pieces every benchmark shares: list parsing for flags, the
+// machine facts printed above each table and the rotation of data copies.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -16,5 +17,20 @@ std::string CpuModel();
 // The three load averages from /proc/loadavg ("1.20 0.85 0.60"), or
 // "unknown": a busy neighbour shows there.
 std::string LoadAverage();
+
+// The order in which repetitions take the copies of their data (gemv_bench's
+// matrices, gather_bench's caches), which together are several times the
+// last-level cache so that each repetition reads from DRAM: every copy but
+// copy 0 in turn, carried on from case to case. Starting each case at copy
+// 1 again would reread what the case before had just left in the
+// last-level cache. Copy 0 is for the checks before timing.
+class CopyRotation {
+ public:
+  explicit CopyRotation(size_t copies) : copies_(copies) {}  // copies >= 2
+  size_t Next() { return 1 + next_++ % (copies_ - 1); }
+
+ private:
+  size_t copies_, next_ = 0;
+};
 
 }  // namespace sparrow::bench

@@ -6,7 +6,8 @@
 // Decoding reads every weight once per token, so the figure that matters is
 // bytes per second from DRAM. Each repetition multiplies a different copy of
 // the matrix, the copies together being several times the last-level cache,
-// so the weights never come from cache. A repetition is the whole product:
+// taken in turn across thread counts (CopyRotation), so the weights never
+// come from cache. A repetition is the whole product:
 // GemvInput::Prepare plus Gemv over all rows through ParallelFor, as in
 // ops::MatVec. Before each repetition the probe reads as many bytes as the
 // matrix holds from its own buffer (never cached either); both figures are
@@ -336,6 +337,7 @@ int Main(int argc, char** argv) {
         ThrowInputError(kind.name, " needs a multiple of 8 rows, not ", shape.rows);
       }
       Matrices m = MakeMatrices(kind.type, shape, rotate_bytes, rng);
+      CopyRotation rotation(m.copies);
       if (kind.packed) {
         for (size_t c = 0; c < m.copies; ++c) {
           simd::PackMatrix(kind.type, m.data.data() + c * m.matrix_bytes, shape.rows, shape.cols);
@@ -356,7 +358,7 @@ int Main(int argc, char** argv) {
           probe1_rates.push_back(probe.Pass(m.matrix_bytes, g_cpu_clock));
           probe.set_streams(4);
           probe4_rates.push_back(probe.Pass(m.matrix_bytes, g_cpu_clock));
-          const uint8_t* w = m.copy(static_cast<size_t>(r) + 1);
+          const uint8_t* w = m.copy(rotation.Next());
           seconds.push_back(
               Product(kind, w, m.row_bytes, shape, x.data(), input, packed_input, y.data()));
         }
