@@ -422,13 +422,18 @@ HWY_INLINE void QuadsChunk(const QuadRows& pass, const uint32_t (*chi)[kAxpyIntS
   }
 }
 
+// Bytes from a chunk's first nibble byte to the next chunk's in a row
+// (Q4_0: with the scales between the blocks).
+template <bool kSplit>
+inline constexpr size_t kQuadChunkBytes = kQuadChunkBlocks * (kSplit ? 16 : sizeof(BlockQ4_0));
+
 // Prefetches into L2 chunk c of a pass's rows for a span whose first
 // nibble byte is at `nibbles_at` and first scale at `scale_at` (Q4_0S: its
 // scales, 8 bytes a chunk, with the first chunks).
 template <bool kSplit>
 HWY_INLINE void PrefetchPassChunk(const QuadRows& pass, size_t nibbles_at, size_t scale_at,
                                   size_t c, size_t span_chunks) {
-  constexpr size_t kChunkBytes = kQuadChunkBlocks * (kSplit ? 16 : sizeof(BlockQ4_0));
+  constexpr size_t kChunkBytes = kQuadChunkBytes<kSplit>;
   const size_t at = nibbles_at + kChunkBytes * c;
   for (size_t r = 0; r < 4 * pass.quads; ++r) {
     PrefetchLine(pass.rows[r] + at, /*into_l2=*/true);
@@ -467,9 +472,7 @@ HWY_INLINE void AddQuads(const uint8_t* const* rows, size_t offset, size_t count
                          int32_t* HWY_RESTRICT msum) {
   const Q4_0Layout layout = Q4_0Layout::For(kSplit, row_blocks);
   constexpr size_t kSpanChunks = kAxpyIntSpanBlocks / kQuadChunkBlocks;
-  // Bytes from a chunk's first nibble byte to the next chunk's (Q4_0:
-  // with the scales between the blocks).
-  constexpr size_t kChunkBytes = kQuadChunkBlocks * (kSplit ? 16 : sizeof(BlockQ4_0));
+  constexpr size_t kChunkBytes = kQuadChunkBytes<kSplit>;
   alignas(64) uint32_t chi[kQuadsPerPass][kAxpyIntSpanBlocks];
   alignas(64) uint32_t clo[kQuadsPerPass][kAxpyIntSpanBlocks];
   for (size_t c0 = 0; c0 < nchunks; c0 += kSpanChunks) {
