@@ -11,23 +11,40 @@
 namespace sparrow {
 namespace {
 
-constexpr uint64_t kHugePage = uint64_t{2} << 20;
+constexpr uint64_t kHugePage = kHugePageBytes;
 
-}  // namespace
-
-bool TransparentHugePagesAvailable() {
+// The selected mode of /sys/kernel/mm/transparent_hugepage/enabled
+// ("[madvise]" of "always [madvise] never"), or "" where there is none.
+const std::string& ThpMode() {
+  static const std::string mode = [] {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  static const bool available = [] {
     std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
     std::string modes;
     std::getline(f, modes);
-    return modes.find("[always]") != std::string::npos ||
-           modes.find("[madvise]") != std::string::npos;
-  }();
-  return available;
-#else
-  return false;
+    for (const char* m : {"[always]", "[madvise]"}) {
+      if (modes.find(m) != std::string::npos) return std::string(m);
+    }
 #endif
+    return std::string();
+  }();
+  return mode;
+}
+
+}  // namespace
+
+bool TransparentHugePagesAvailable() { return !ThpMode().empty(); }
+
+bool TransparentHugePagesAlways() { return ThpMode() == "[always]"; }
+
+size_t AdviseWholeHugePages(void* p, size_t n) {
+  if (!TransparentHugePagesAvailable()) return 0;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / kHugePage * kHugePage;
+  if (end <= begin) return 0;
+#if defined(MADV_HUGEPAGE)
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE) != 0) return 0;
+#endif
+  return end - begin;
 }
 
 uint64_t HugePageBufferBytes(uint64_t bytes) {

@@ -16,6 +16,12 @@ namespace sparrow {
 // Whether the kernel gives huge pages to regions advised for them (Linux
 // with transparent huge pages in "always" or "madvise" mode). Read once.
 bool TransparentHugePagesAvailable();
+// Whether it gives them to every anonymous mapping, advised or not
+// ("always" mode): then a mapping's last huge page is backed whole.
+bool TransparentHugePagesAlways();
+
+// The size of one transparent huge page where the system has them (2 MiB).
+inline constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
 
 // The size HugePageBuffer maps for `bytes`: whole 2 MiB pages.
 uint64_t HugePageBufferBytes(uint64_t bytes);
@@ -41,6 +47,11 @@ class HugePageBuffer {
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
 };
+
+// Advises transparent huge pages for the whole 2 MiB pages inside [p, p + n)
+// (none if the system has none), leaving the rest on small pages; returns the
+// bytes advised.
+size_t AdviseWholeHugePages(void* p, size_t n);
 
 // Gives the physical pages wholly inside [p, p + n) back to the system,
 // for memory whose contents are no longer needed: a private file mapping
