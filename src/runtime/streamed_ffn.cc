@@ -55,6 +55,26 @@ uint64_t GroupBytes(const bundle::UnitGroup& g, EvictionKind kind, uint32_t capa
          SortDistinctScratchBytes(g.n_units);
 }
 
+// The caches' rows, one slot each in one RowArena; `capacity_of` gives each
+// group's capacity.
+template <class CapacityOf>
+uint64_t ArenaSlotBytes(const bundle::Bundle& b, CapacityOf capacity_of) {
+  uint64_t slots = 0;
+  for (const bundle::UnitGroup& g : b.groups()) {
+    slots +=
+        RowArena::SlotBytes(UnitCache::MatrixBytes(g.n_units, g.payload_bytes, capacity_of(g)));
+  }
+  return slots;
+}
+
+// What that arena takes beyond the rows' own bytes (which GroupBytes
+// counts): its rounding up to a whole page.
+template <class CapacityOf>
+uint64_t ArenaRoundingBytes(const bundle::Bundle& b, CapacityOf capacity_of) {
+  const uint64_t slots = ArenaSlotBytes(b, capacity_of);
+  return RowArena::MemoryBytes(slots) - slots;
+}
+
 // Width of the per-token activation rows: the FFN's (padded) hidden size or
 // the model's, whichever is larger.
 size_t ActivationWidth(const bundle::Bundle& b, const ModelConfig& c) {
@@ -129,9 +149,11 @@ uint64_t KernelScratchBytes(const bundle::Bundle& b, size_t width, size_t max_ba
 uint64_t StreamedFeedForward::MinimumBytes(const bundle::Bundle& b, const StreamConfig& s,
                                            const ModelConfig& c, size_t max_batch) {
   uint64_t bytes = StagingBytes(b, s);
-  for (const bundle::UnitGroup& g : b.groups()) {
-    bytes += GroupBytes(g, s.eviction, std::min(kMinRowsPerGroup, g.n_units));
-  }
+  const auto fewest_rows = [](const bundle::UnitGroup& g) {
+    return std::min(kMinRowsPerGroup, g.n_units);
+  };
+  for (const bundle::UnitGroup& g : b.groups()) bytes += GroupBytes(g, s.eviction, fewest_rows(g));
+  bytes += ArenaRoundingBytes(b, fewest_rows);
   const size_t width = ActivationWidth(b, c);
   bytes += KernelScratchBytes(b, width, max_batch);
   bytes += ActivationBytes(c, width, max_batch);
@@ -177,7 +199,9 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
     for (const bundle::UnitGroup& g : bundle.groups()) {
       bytes += GroupBytes(g, stream.eviction, capacity_at(g, fraction));
     }
-    return bytes;
+    return bytes + ArenaRoundingBytes(bundle, [&](const bundle::UnitGroup& g) {
+             return capacity_at(g, fraction);
+           });
   };
   double fraction = 1.0;
   if (!budget.unlimited() && cost_at(1.0) > budget.remaining()) {
@@ -189,6 +213,9 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
     fraction = lo;
   }
   group_index_.assign(static_cast<size_t>(config.n_layers) * kKinds, -1);
+  const auto capacity_of = [&](const bundle::UnitGroup& g) { return capacity_at(g, fraction); };
+  budget.Charge(ArenaRoundingBytes(bundle, capacity_of), "unit caches", minimum_hint);
+  cache_rows_ = RowArena(ArenaSlotBytes(bundle, capacity_of));
   for (const bundle::UnitGroup& g : bundle.groups()) {
     const uint32_t capacity = capacity_at(g, fraction);
     budget.Charge(GroupBytes(g, stream.eviction, capacity), "unit caches", minimum_hint);
@@ -197,7 +224,9 @@ StreamedFeedForward::StreamedFeedForward(const bundle::Bundle& bundle, const Mod
     // Neuron records are cached as [gate | up] and [down] (UnitCache's
     // head and tail), each pass of ForwardNeuron reading one contiguous span.
     const uint32_t split = g.kind == bundle::RecordKind::kNeuron ? 2 * g.part_bytes : 0;
-    group.cache = std::make_unique<UnitCache>(g.n_units, g.payload_bytes, capacity, split);
+    group.cache = std::make_unique<UnitCache>(
+        g.n_units, g.payload_bytes, capacity, split,
+        cache_rows_.Take(UnitCache::MatrixBytes(g.n_units, g.payload_bytes, capacity)));
     group.eviction = MakeEvictionPolicy(stream.eviction, g.n_units, stream.window_tokens);
     group.need_stamp.assign(g.n_units, 0);
     group.chosen_at.assign(g.n_units, ~uint32_t{0});

@@ -26,6 +26,7 @@
 #include "src/runtime/read_pipeline.h"
 #include "src/runtime/read_planner.h"
 #include "src/runtime/stats.h"
+#include "src/runtime/row_arena.h"
 #include "src/runtime/unit_cache.h"
 #include "src/runtime/unit_policy.h"
 
@@ -210,6 +211,7 @@ class StreamedFeedForward : public FeedForward {
   int prefetch_group_ = -1;  // the group whose read is in flight, or -1
   int prefetch_chunk_ = 0;   // the chunk it fills
   std::unique_ptr<ReadPipeline> pipeline_;  // after loader_: stops before it
+  RowArena cache_rows_;                     // the caches' rows: before groups_, so it outlives them
   std::vector<Group> groups_;           // bundle order
   std::vector<int> group_index_;        // (layer * 3 + kind) -> index in groups_
   StreamStats stats_;

@@ -1,5 +1,6 @@
 #include "src/runtime/unit_cache.h"
 
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -17,7 +18,8 @@ uint32_t ClampCapacity(uint32_t n_units, uint32_t capacity) {
 
 }  // namespace
 
-UnitCache::UnitCache(uint32_t n_units, uint32_t row_bytes, uint32_t capacity, uint32_t split)
+UnitCache::UnitCache(uint32_t n_units, uint32_t row_bytes, uint32_t capacity, uint32_t split,
+                     uint8_t* storage)
     : n_units_(n_units),
       row_bytes_(row_bytes),
       capacity_(ClampCapacity(n_units, capacity)),
@@ -35,20 +37,31 @@ UnitCache::UnitCache(uint32_t n_units, uint32_t row_bytes, uint32_t capacity, ui
   }
   const uint64_t matrix_bytes = bytes();
   if (matrix_bytes > std::numeric_limits<size_t>::max() - kRowAlignment) throw std::bad_alloc();
-  rows_.Reset(static_cast<size_t>(matrix_bytes), kRowAlignment);
+  if (storage != nullptr) {
+    if (reinterpret_cast<uintptr_t>(storage) % kRowAlignment != 0) {
+      throw std::invalid_argument("UnitCache: storage not 64-byte aligned");
+    }
+    rows_ = storage;
+  } else {
+    own_rows_.Reset(static_cast<size_t>(matrix_bytes), kRowAlignment);
+    rows_ = own_rows_.data();
+  }
   // Touch every page now: the budget charged for these bytes, and a page
   // fault in the middle of a token would be billed to memory management.
-  std::memset(rows_.data(), 0, static_cast<size_t>(matrix_bytes));
+  std::memset(rows_, 0, static_cast<size_t>(matrix_bytes));
   row_of_unit_.assign(n_units_, kAbsent);
   unit_of_row_.assign(capacity_, 0);
   row_marked_.assign(capacity_, 0);
 }
 
+uint64_t UnitCache::MatrixBytes(uint32_t n_units, uint32_t row_bytes, uint32_t capacity) {
+  const uint64_t matrix = uint64_t{ClampCapacity(n_units, capacity)} * row_bytes;
+  return (matrix + kRowAlignment - 1) / kRowAlignment * kRowAlignment;
+}
+
 uint64_t UnitCache::MemoryBytes(uint32_t n_units, uint32_t row_bytes, uint32_t capacity) {
   const uint64_t rows = ClampCapacity(n_units, capacity);
-  const uint64_t matrix = rows * row_bytes;
-  const uint64_t matrix_aligned = (matrix + kRowAlignment - 1) / kRowAlignment * kRowAlignment;
-  return matrix_aligned + uint64_t{n_units} * sizeof(int32_t) +
+  return MatrixBytes(n_units, row_bytes, capacity) + uint64_t{n_units} * sizeof(int32_t) +
          rows * (sizeof(uint32_t) + sizeof(uint8_t));
 }
 
@@ -58,14 +71,14 @@ uint64_t UnitCache::memory_bytes() const {
 
 void UnitCache::Store(uint32_t row, const uint8_t* record) {
   if (row >= size_) throw std::logic_error(StrCat("UnitCache::Store: row ", row, " is not in use"));
-  std::memcpy(rows_.data() + HeadOffset(row), record, head_bytes_);
+  std::memcpy(rows_ + HeadOffset(row), record, head_bytes_);
   if (tail_bytes() != 0) {
-    std::memcpy(rows_.data() + TailOffset(row), record + head_bytes_, tail_bytes());
+    std::memcpy(rows_ + TailOffset(row), record + head_bytes_, tail_bytes());
   }
 }
 
 void UnitCache::MoveRow(uint32_t from, uint32_t to) {
-  uint8_t* base = rows_.data();
+  uint8_t* base = rows_;
   std::memcpy(base + HeadOffset(to), base + HeadOffset(from), head_bytes_);
   if (tail_bytes() != 0) {
     std::memcpy(base + TailOffset(to), base + TailOffset(from), tail_bytes());

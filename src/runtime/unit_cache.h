@@ -23,6 +23,8 @@
 // unit -> row index and 5 bytes per row for the row -> unit vector and
 // RemoveMany's marks, all allocated and touched in the constructor (so the
 // pages are resident from the start and no page fault lands in a token).
+// The rows live in the cache's own buffer or in storage the caller gives
+// (a RowArena slot of MatrixBytes, which then outlives the cache).
 #pragma once
 
 #include <cstdint>
@@ -40,11 +42,17 @@ class UnitCache {
   // whole) or in [1, row_bytes); a capacity above n_units is lowered to
   // n_units (more rows could never be used). std::invalid_argument
   // otherwise; std::bad_alloc if memory runs out.
-  UnitCache(uint32_t n_units, uint32_t row_bytes, uint32_t capacity, uint32_t split = 0);
+  // With `storage`, the rows are kept there: at least MatrixBytes(...)
+  // bytes, 64-byte aligned, owned by the caller.
+  UnitCache(uint32_t n_units, uint32_t row_bytes, uint32_t capacity, uint32_t split = 0,
+            uint8_t* storage = nullptr);
 
   // Bytes a cache with these parameters holds (rows and maps), for charging
   // the budget before constructing it.
   static uint64_t MemoryBytes(uint32_t n_units, uint32_t row_bytes, uint32_t capacity);
+  // The rows alone, rounded up to 64 bytes: what `storage` must hold (part
+  // of MemoryBytes).
+  static uint64_t MatrixBytes(uint32_t n_units, uint32_t row_bytes, uint32_t capacity);
 
   uint32_t n_units() const { return n_units_; }
   uint32_t row_bytes() const { return row_bytes_; }
@@ -67,14 +75,14 @@ class UnitCache {
   const int32_t* row_of_unit_data() const { return row_of_unit_.data(); }
   uint32_t UnitAt(uint32_t row) const { return unit_of_row_[row]; }
   // A row's head (the whole row when not split): head_bytes() apart.
-  const uint8_t* Row(uint32_t row) const { return rows_.data() + HeadOffset(row); }
+  const uint8_t* Row(uint32_t row) const { return rows_ + HeadOffset(row); }
   // A row's tail, tail_bytes() apart; only when split.
-  const uint8_t* Tail(uint32_t row) const { return rows_.data() + TailOffset(row); }
+  const uint8_t* Tail(uint32_t row) const { return rows_ + TailOffset(row); }
   // Fills `row` with the row_bytes() of `record`, split as this cache keeps
   // rows.
   void Store(uint32_t row, const uint8_t* record);
   // The matrices: the heads, then (when split) the tails.
-  const uint8_t* data() const { return rows_.data(); }
+  const uint8_t* data() const { return rows_; }
   // unit id of each row; entries [0, size) are the used rows, the rest
   // (up to capacity) are stale.
   const std::vector<uint32_t>& units_by_row() const { return unit_of_row_; }
@@ -107,7 +115,8 @@ class UnitCache {
   uint32_t capacity_;
   uint32_t head_bytes_;
   uint32_t size_ = 0;
-  AlignedBuffer<uint8_t> rows_;
+  AlignedBuffer<uint8_t> own_rows_;  // empty when the caller gave storage
+  uint8_t* rows_ = nullptr;
   std::vector<int32_t> row_of_unit_;
   std::vector<uint32_t> unit_of_row_;  // capacity entries, [0, size) valid
   std::vector<uint8_t> row_marked_;    // RemoveMany scratch, all 0 between calls
