@@ -38,7 +38,7 @@
 //   gather_bench [--types q8_0,q4_0,f16,f32] [--shapes 2048x5632,4096x11008]
 //                [--threads 1,2] [--tokens 1] [--reps 15] [--rotate-mib 768]
 //                [--probe-mib 1024] [--parts 3] [--layout split|records]
-//                [--clock wall|cpu]
+//                [--clock wall|cpu] [--pages huge|small]
 //                [--kernels dot,axpy,axpy-int,read,read-axpy,read-int]
 //
 // `read` is not a kernel of the engine: it loads the rows DotRows reads,
@@ -64,7 +64,6 @@
 // (though not its share of caches and DRAM bandwidth).
 
 #include <cxxopts.hpp>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -80,8 +79,8 @@
 #include <string>
 #include <vector>
 
-#include "base/aligned_buffer.h"
 #include "base/error.h"
+#include "base/huge_pages.h"
 #include "base/timer.h"
 #include "benchmarks/bench_util.h"
 #include "benchmarks/stream_probe.h"
@@ -144,17 +143,20 @@ class CallTimer {
 // reads (StreamSum over the thread's part) timed like the kernels.
 class Probe {
  public:
-  explicit Probe(size_t buffer_bytes) {
+  // On huge pages where the rows are (StreamProbe says why).
+  Probe(size_t buffer_bytes, bool huge_pages) {
     if (!g_cpu_clock) {
-      wall_.emplace(buffer_bytes);
+      wall_.emplace(buffer_bytes, huge_pages);
       return;
     }
-    buffer_.Reset(std::max(kGrain, buffer_bytes / kGrain * kGrain), 4096);
-    for (size_t i = 0; i < buffer_.size(); i += 64) {
+    bytes_ = std::max(kGrain, buffer_bytes / kGrain * kGrain);
+    buffer_ = HugePageBuffer(bytes_, /*advise_huge_pages=*/false);
+    if (huge_pages) AdviseWholeHugePages(buffer_.data(), bytes_);
+    for (size_t i = 0; i < bytes_; i += 64) {
       std::memset(buffer_.data() + i, static_cast<int>(i >> 6), 64);
     }
   }
-  size_t buffer_bytes() const { return wall_ ? wall_->buffer_bytes() : buffer_.size(); }
+  size_t buffer_bytes() const { return wall_ ? wall_->buffer_bytes() : bytes_; }
   void set_streams(size_t streams) {
     if (wall_) wall_->set_streams(streams);
     streams_ = streams;
@@ -162,8 +164,8 @@ class Probe {
   // Reads the next `bytes` of the buffer; returns GB/s.
   double Pass(size_t bytes) {
     if (wall_) return wall_->Pass(bytes);
-    bytes = std::max(kGrain, std::min(bytes, buffer_.size()) / kGrain * kGrain);
-    if (position_ + bytes > buffer_.size()) position_ = 0;
+    bytes = std::max(kGrain, std::min(bytes, bytes_) / kGrain * kGrain);
+    if (position_ + bytes > bytes_) position_ = 0;
     const uint8_t* start = buffer_.data() + position_;
     position_ += bytes;
     std::atomic<uint64_t> sink{0};
@@ -182,8 +184,8 @@ class Probe {
  private:
   static constexpr size_t kGrain = 64 << 10;  // bytes per thread chunk unit
   std::optional<StreamProbe> wall_;
-  AlignedBuffer<uint8_t> buffer_;
-  size_t position_ = 0, streams_ = 1;
+  HugePageBuffer buffer_;
+  size_t bytes_ = 0, position_ = 0, streams_ = 1;
 };
 
 Shape ParseShape(const std::string& s) {
@@ -203,7 +205,7 @@ Shape ParseShape(const std::string& s) {
 // cycle through a few distinct random ones (the kernels' speed does not
 // depend on the values).
 struct Caches {
-  AlignedBuffer<uint8_t> data;
+  HugePageBuffer data;
   size_t part_bytes = 0, record_bytes = 0, cache_bytes = 0, copies = 0;
   const uint8_t* copy(size_t i) const { return data.data() + (i % copies) * cache_bytes; }
 };
@@ -219,14 +221,10 @@ Caches MakeCaches(TensorType type, Shape shape, size_t parts, size_t rotate_byte
   c.record_bytes = parts * c.part_bytes;
   c.cache_bytes = c.record_bytes * shape.count;
   c.copies = std::max<size_t>(2, (rotate_bytes + c.cache_bytes - 1) / c.cache_bytes);
-  c.data.Reset(c.copies * c.cache_bytes, size_t{2} << 20);
-  if (huge_pages) {
-    // Before the first touch, so the kernel can back it with 2 MiB pages.
-    const size_t bytes = (c.copies * c.cache_bytes + (size_t{2} << 20) - 1) >> 21 << 21;
-    if (madvise(c.data.data(), bytes, MADV_HUGEPAGE) != 0) {
-      std::fprintf(stderr, "gather_bench: madvise(MADV_HUGEPAGE) failed; using small pages\n");
-    }
-  }
+  // Huge pages as the engine's unit caches have them (src/runtime/row_arena.h:
+  // whole 2 MiB pages advised, before the first touch).
+  c.data = HugePageBuffer(c.copies * c.cache_bytes, /*advise_huge_pages=*/false);
+  if (huge_pages) AdviseWholeHugePages(c.data.data(), c.copies * c.cache_bytes);
   constexpr size_t kDistinct = 31;
   std::vector<uint8_t> records(kDistinct * c.record_bytes);
   std::normal_distribution<float> normal(0.0f, 0.02f);
@@ -438,8 +436,9 @@ int Main(int argc, char** argv) {
       ("layout", "With 3 parts: split ([gate | up] and [down] in two matrices, as the unit "
        "cache holds them) or records (whole records, as read from flash)",
        cxxopts::value<std::string>()->default_value("split"))
-      ("huge-pages", "Back the caches with transparent huge pages (madvise)",
-       cxxopts::value<bool>()->default_value("false"))
+      ("pages", "huge (the caches' whole 2 MiB pages advised for transparent huge pages, as "
+       "the engine's unit caches are) or small",
+       cxxopts::value<std::string>()->default_value("huge"))
       ("clock", "wall or cpu (see the top of gather_bench.cc)",
        cxxopts::value<std::string>()->default_value("wall"))
       ("hide-cpu-extensions", "Measure the forms kernels take on CPUs without the "
@@ -504,7 +503,11 @@ int Main(int argc, char** argv) {
   }
   g_cpu_clock = clock_name == "cpu";
   const size_t parts = opts["parts"].as<size_t>();
-  const bool huge_pages = opts["huge-pages"].as<bool>();
+  const std::string pages = opts["pages"].as<std::string>();
+  if (pages != "huge" && pages != "small") {
+    ThrowInputError("unknown --pages '", pages, "' (want huge, small)");
+  }
+  const bool huge_pages = pages == "huge" && TransparentHugePagesAvailable();
   if (parts != 1 && parts != 3) ThrowInputError("--parts must be 1 or 3");
   const std::string layout = opts["layout"].as<std::string>();
   if (layout != "split" && layout != "records") {
@@ -525,7 +528,7 @@ int Main(int argc, char** argv) {
               parts, parts == 1 ? "" : split ? ", split [gate | up] + [down]" : ", whole",
               huge_pages ? " on huge pages" : "", n, g_cpu_clock ? "CPU" : "wall", reps, rotate_bytes >> 20, probe_bytes >> 20);
   // 1 or 4 streams per thread, whichever reads faster here (as gemv_bench).
-  Probe probe(probe_bytes);
+  Probe probe(probe_bytes, huge_pages);
   SetThreadCount(thread_counts.front());
   probe.Pass(probe.buffer_bytes());  // warm-up: page tables, thread pool
   double best_rate = 0;

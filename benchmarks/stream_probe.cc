@@ -82,17 +82,16 @@ namespace {
 constexpr size_t kGrain = 64 << 10;  // bytes per thread chunk unit
 }  // namespace
 
-StreamProbe::StreamProbe(size_t buffer_bytes) {
+StreamProbe::StreamProbe(size_t buffer_bytes, bool huge_pages) {
   bytes_ = std::max<size_t>(kGrain, buffer_bytes / kGrain * kGrain);
-  data_ = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes_));
-  if (data_ == nullptr) throw std::bad_alloc();
+  buffer_ = HugePageBuffer(bytes_, /*advise_huge_pages=*/false);
+  if (huge_pages) AdviseWholeHugePages(buffer_.data(), bytes_);
+  data_ = buffer_.data();
   // Touch every page (and give it distinct contents) before timing.
   for (size_t i = 0; i < bytes_; i += 64) {
     std::memset(data_ + i, static_cast<int>(i >> 6), 64);
   }
 }
-
-StreamProbe::~StreamProbe() { std::free(data_); }
 
 double ThreadCpuSeconds() {
   timespec ts;
