@@ -26,7 +26,7 @@
 // uses on x86 and on Arm with sdot.
 //
 //   gemv_bench [--types q4_0,q4_0x8,q4_K,q4_Kx8,q8_0,f16] [--shapes 4096x11008] [--threads 1,2]
-//              [--reps 21] [--rotate-mib 512] [--probe-mib 1024]
+//              [--reps 21] [--rotate-mib 512] [--probe-mib 1024] [--pages huge|small]
 //              [--clock wall|cpu] [--quantize-speed]
 //
 // --clock cpu: on a machine shared with busy neighbours, wall time mostly
@@ -53,11 +53,11 @@
 #include <thread>
 #include <vector>
 
-#include "base/aligned_buffer.h"
 #include "base/error.h"
 #include "base/timer.h"
 #include "benchmarks/bench_util.h"
 #include "benchmarks/stream_probe.h"
+#include "base/huge_pages.h"
 #include "base/tensor_type.h"
 #include "simd/gemv.h"
 #include "simd/packed_gemv.h"
@@ -90,12 +90,12 @@ Shape ParseShape(const std::string& s) {
 // random rows (the kernels' speed does not depend on the values; quantizing
 // every row of every matrix would take longer than the benchmark).
 struct Matrices {
-  AlignedBuffer<uint8_t> data;
+  HugePageBuffer data;
   size_t row_bytes = 0, matrix_bytes = 0, copies = 0;
   const uint8_t* copy(size_t i) const { return data.data() + (i % copies) * matrix_bytes; }
 };
 
-Matrices MakeMatrices(TensorType type, Shape shape, size_t rotate_bytes,
+Matrices MakeMatrices(TensorType type, Shape shape, size_t rotate_bytes, bool huge_pages,
                       std::mt19937& rng) {
   Matrices m;
   uint64_t row_bytes = 0;
@@ -106,7 +106,10 @@ Matrices MakeMatrices(TensorType type, Shape shape, size_t rotate_bytes,
   m.row_bytes = row_bytes;
   m.matrix_bytes = m.row_bytes * shape.rows;
   m.copies = std::max<size_t>(2, (rotate_bytes + m.matrix_bytes - 1) / m.matrix_bytes);
-  m.data.Reset(m.copies * m.matrix_bytes, 4096);
+  // Huge pages as the engine's resident matrices have them (models with 32
+  // MiB of them or more: src/model/weights.h), before the first touch.
+  m.data = HugePageBuffer(m.copies * m.matrix_bytes, /*advise_huge_pages=*/false);
+  if (huge_pages) AdviseWholeHugePages(m.data.data(), m.copies * m.matrix_bytes);
   constexpr size_t kDistinct = 61;
   std::vector<uint8_t> rows(kDistinct * m.row_bytes);
   std::normal_distribution<float> normal(0.0f, 0.02f);
@@ -258,6 +261,9 @@ int Main(int argc, char** argv) {
       ("rotate-mib", "Total size of the matrix copies that repetitions rotate through",
        cxxopts::value<size_t>()->default_value("512"))
       ("probe-mib", "Stream probe buffer size", cxxopts::value<size_t>()->default_value("1024"))
+      ("pages", "huge (the matrices' and the probe's whole 2 MiB pages advised for transparent "
+       "huge pages, as the engine's resident matrices are) or small",
+       cxxopts::value<std::string>()->default_value("huge"))
       ("clock", "wall, or cpu: per-thread CPU time (for a machine shared with "
        "busy neighbours; see the top comment)", cxxopts::value<std::string>()->default_value("wall"))
       ("hide-cpu-extensions", "Measure the forms kernels take on CPUs without the "
@@ -303,6 +309,11 @@ int Main(int argc, char** argv) {
   const int reps = std::max(1, opts["reps"].as<int>());
   const size_t rotate_bytes = opts["rotate-mib"].as<size_t>() << 20;
   const size_t probe_bytes = opts["probe-mib"].as<size_t>() << 20;
+  const std::string pages = opts["pages"].as<std::string>();
+  if (pages != "huge" && pages != "small") {
+    ThrowInputError("unknown --pages '", pages, "' (want huge, small)");
+  }
+  const bool huge_pages = pages == "huge" && TransparentHugePagesAvailable();
 
   const bool hide_extensions = opts["hide-cpu-extensions"].as<bool>();
   simd::HideCpuExtensionsForTest(hide_extensions);
@@ -313,11 +324,13 @@ int Main(int argc, char** argv) {
   std::printf("machine: %s, %u hardware threads\n", CpuModel().c_str(),
               std::thread::hardware_concurrency());
   std::printf("load average at start: %s\n", LoadAverage().c_str());
-  std::printf("%s clock; median of %d repetitions; weights rotate through >= %zu MiB of "
-              "copies; probe buffer %zu MiB, one pass of the matrix's size "
-              "before each repetition\n",
-              g_cpu_clock ? "CPU" : "wall", reps, rotate_bytes >> 20, probe_bytes >> 20);
-  StreamProbe probe(probe_bytes);
+  std::printf(
+      "%s clock; median of %d repetitions; weights rotate through >= %zu MiB of "
+      "copies; probe buffer %zu MiB, one pass of the matrix's size "
+      "before each repetition; %s pages\n",
+      g_cpu_clock ? "CPU" : "wall", reps, rotate_bytes >> 20, probe_bytes >> 20,
+      huge_pages ? "huge" : "small");
+  StreamProbe probe(probe_bytes, huge_pages);
   SetThreadCount(thread_counts.front());
   probe.Pass(probe.buffer_bytes());  // warm-up: page tables, thread pool
   for (size_t streams : {1, 4}) {
@@ -336,7 +349,7 @@ int Main(int argc, char** argv) {
       if (kind.packed && shape.rows % simd::kPackedRows != 0) {
         ThrowInputError(kind.name, " needs a multiple of 8 rows, not ", shape.rows);
       }
-      Matrices m = MakeMatrices(kind.type, shape, rotate_bytes, rng);
+      Matrices m = MakeMatrices(kind.type, shape, rotate_bytes, huge_pages, rng);
       CopyRotation rotation(m.copies);
       if (kind.packed) {
         for (size_t c = 0; c < m.copies; ++c) {
