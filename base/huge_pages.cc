@@ -11,8 +11,6 @@
 namespace sparrow {
 namespace {
 
-constexpr uint64_t kHugePage = kHugePageBytes;
-
 // The selected mode of /sys/kernel/mm/transparent_hugepage/enabled
 // ("[madvise]" of "always [madvise] never"), or "" where there is none.
 const std::string& ThpMode() {
@@ -38,8 +36,9 @@ bool TransparentHugePagesAlways() { return ThpMode() == "[always]"; }
 
 size_t AdviseWholeHugePages(void* p, size_t n) {
   if (!TransparentHugePagesAvailable()) return 0;
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / kHugePage * kHugePage;
+  const uintptr_t begin =
+      (reinterpret_cast<uintptr_t>(p) + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / kHugePageBytes * kHugePageBytes;
   if (end <= begin) return 0;
 #if defined(MADV_HUGEPAGE)
   if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE) != 0) return 0;
@@ -48,26 +47,32 @@ size_t AdviseWholeHugePages(void* p, size_t n) {
 }
 
 uint64_t HugePageBufferBytes(uint64_t bytes) {
-  return (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
 }
 
 HugePageBuffer::HugePageBuffer(size_t bytes, bool advise_huge_pages) {
   if (bytes == 0) return;
   const size_t size = HugePageBufferBytes(bytes);
   // Map one huge page more than needed and trim both ends to alignment.
-  void* raw = ::mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE,
+  void* raw = ::mmap(nullptr, size + kHugePageBytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) throw std::bad_alloc();
   const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  const uintptr_t aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   if (aligned > start) ::munmap(raw, aligned - start);
-  const uintptr_t tail = start + size + kHugePage - (aligned + size);
+  const uintptr_t tail = start + size + kHugePageBytes - (aligned + size);
   if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + size), tail);
   data_ = reinterpret_cast<uint8_t*>(aligned);
   size_ = size;
 #if defined(MADV_HUGEPAGE)
   if (advise_huge_pages) ::madvise(data_, size_, MADV_HUGEPAGE);  // small pages if refused
 #endif
+}
+
+HugePageBuffer MapWithWholeHugePages(size_t bytes, bool huge_pages) {
+  HugePageBuffer buffer(bytes, /*advise_huge_pages=*/false);
+  if (huge_pages) AdviseWholeHugePages(buffer.data(), bytes);
+  return buffer;
 }
 
 HugePageBuffer::HugePageBuffer(HugePageBuffer&& other) noexcept { *this = std::move(other); }

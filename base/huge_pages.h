@@ -53,6 +53,12 @@ class HugePageBuffer {
 // bytes advised.
 size_t AdviseWholeHugePages(void* p, size_t n);
 
+// A HugePageBuffer for `bytes` whose whole 2 MiB pages within those bytes
+// are advised for huge pages when `huge_pages` (AdviseWholeHugePages), the
+// rest left on small pages: once written, it takes `bytes` rounded to a page
+// (short of "always" mode), not to a huge page.
+HugePageBuffer MapWithWholeHugePages(size_t bytes, bool huge_pages = true);
+
 // Gives the physical pages wholly inside [p, p + n) back to the system,
 // for memory whose contents are no longer needed: a private file mapping
 // (later reads see the file again) or anonymous memory (later reads see

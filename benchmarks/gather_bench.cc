@@ -150,8 +150,7 @@ class Probe {
       return;
     }
     bytes_ = std::max(kGrain, buffer_bytes / kGrain * kGrain);
-    buffer_ = HugePageBuffer(bytes_, /*advise_huge_pages=*/false);
-    if (huge_pages) AdviseWholeHugePages(buffer_.data(), bytes_);
+    buffer_ = MapWithWholeHugePages(bytes_, huge_pages);
     for (size_t i = 0; i < bytes_; i += 64) {
       std::memset(buffer_.data() + i, static_cast<int>(i >> 6), 64);
     }
@@ -223,8 +222,7 @@ Caches MakeCaches(TensorType type, Shape shape, size_t parts, size_t rotate_byte
   c.copies = std::max<size_t>(2, (rotate_bytes + c.cache_bytes - 1) / c.cache_bytes);
   // Huge pages as the engine's unit caches have them (src/runtime/row_arena.h:
   // whole 2 MiB pages advised, before the first touch).
-  c.data = HugePageBuffer(c.copies * c.cache_bytes, /*advise_huge_pages=*/false);
-  if (huge_pages) AdviseWholeHugePages(c.data.data(), c.copies * c.cache_bytes);
+  c.data = MapWithWholeHugePages(c.copies * c.cache_bytes, huge_pages);
   constexpr size_t kDistinct = 31;
   std::vector<uint8_t> records(kDistinct * c.record_bytes);
   std::normal_distribution<float> normal(0.0f, 0.02f);

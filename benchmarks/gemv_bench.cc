@@ -108,8 +108,7 @@ Matrices MakeMatrices(TensorType type, Shape shape, size_t rotate_bytes, bool hu
   m.copies = std::max<size_t>(2, (rotate_bytes + m.matrix_bytes - 1) / m.matrix_bytes);
   // Huge pages as the engine's resident matrices have them (models with 32
   // MiB of them or more: src/model/weights.h), before the first touch.
-  m.data = HugePageBuffer(m.copies * m.matrix_bytes, /*advise_huge_pages=*/false);
-  if (huge_pages) AdviseWholeHugePages(m.data.data(), m.copies * m.matrix_bytes);
+  m.data = MapWithWholeHugePages(m.copies * m.matrix_bytes, huge_pages);
   constexpr size_t kDistinct = 61;
   std::vector<uint8_t> rows(kDistinct * m.row_bytes);
   std::normal_distribution<float> normal(0.0f, 0.02f);

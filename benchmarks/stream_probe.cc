@@ -84,12 +84,11 @@ constexpr size_t kGrain = 64 << 10;  // bytes per thread chunk unit
 
 StreamProbe::StreamProbe(size_t buffer_bytes, bool huge_pages) {
   bytes_ = std::max<size_t>(kGrain, buffer_bytes / kGrain * kGrain);
-  buffer_ = HugePageBuffer(bytes_, /*advise_huge_pages=*/false);
-  if (huge_pages) AdviseWholeHugePages(buffer_.data(), bytes_);
-  data_ = buffer_.data();
+  buffer_ = MapWithWholeHugePages(bytes_, huge_pages);
+  uint8_t* data = buffer_.data();
   // Touch every page (and give it distinct contents) before timing.
   for (size_t i = 0; i < bytes_; i += 64) {
-    std::memset(data_ + i, static_cast<int>(i >> 6), 64);
+    std::memset(data + i, static_cast<int>(i >> 6), 64);
   }
 }
 
@@ -102,7 +101,7 @@ double ThreadCpuSeconds() {
 double StreamProbe::Pass(size_t bytes, bool cpu_clock) {
   bytes = std::max<size_t>(kGrain, std::min(bytes, bytes_) / kGrain * kGrain);
   if (position_ + bytes > bytes_) position_ = 0;
-  const uint8_t* start = data_ + position_;
+  const uint8_t* start = buffer_.data() + position_;
   position_ += bytes;
   std::atomic<uint64_t> sink{0};
   std::mutex mu;

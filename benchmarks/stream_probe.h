@@ -52,7 +52,6 @@ class StreamProbe {
 
  private:
   HugePageBuffer buffer_;
-  uint8_t* data_ = nullptr;
   size_t streams_ = 1;
   size_t bytes_ = 0;
   size_t position_ = 0;

@@ -19,8 +19,7 @@ RowArena::RowArena(uint64_t slot_bytes) : room_(slot_bytes) {
   if (slot_bytes == 0) return;
   if (slot_bytes > std::numeric_limits<size_t>::max() / 2) throw std::bad_alloc();
   const size_t bytes = static_cast<size_t>(slot_bytes);
-  buffer_ = HugePageBuffer(bytes, /*advise_huge_pages=*/false);
-  AdviseWholeHugePages(buffer_.data(), bytes);
+  buffer_ = MapWithWholeHugePages(bytes);
 }
 
 uint8_t* RowArena::Take(uint64_t bytes) {
