@@ -3,6 +3,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/error.h"
+#include "base/huge_pages.h"
+
 namespace sparrow::bench {
 
 std::vector<std::string> Split(const std::string& s, char sep) {
@@ -13,6 +16,13 @@ std::vector<std::string> Split(const std::string& s, char sep) {
     if (!item.empty()) out.push_back(item);
   }
   return out;
+}
+
+bool HugePagesFromFlag(const std::string& pages) {
+  if (pages != "huge" && pages != "small") {
+    ThrowInputError("unknown --pages '", pages, "' (want huge, small)");
+  }
+  return pages == "huge" && TransparentHugePagesAvailable();
 }
 
 std::string CpuModel() {

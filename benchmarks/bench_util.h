@@ -18,6 +18,12 @@ std::string CpuModel();
 // "unknown": a busy neighbour shows there.
 std::string LoadAverage();
 
+// The --pages flag of the benchmarks that read weights: "huge" (the default:
+// their data and the probe on huge pages, as the engine's are) or "small".
+// Whether to advise huge pages: "huge" where the system has them.
+// std::invalid_argument (an input error) for any other value.
+bool HugePagesFromFlag(const std::string& pages);
+
 // The order in which repetitions take the copies of their data (gemv_bench's
 // matrices, gather_bench's caches), which together are several times the
 // last-level cache so that each repetition reads from DRAM: every copy but

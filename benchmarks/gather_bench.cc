@@ -501,11 +501,7 @@ int Main(int argc, char** argv) {
   }
   g_cpu_clock = clock_name == "cpu";
   const size_t parts = opts["parts"].as<size_t>();
-  const std::string pages = opts["pages"].as<std::string>();
-  if (pages != "huge" && pages != "small") {
-    ThrowInputError("unknown --pages '", pages, "' (want huge, small)");
-  }
-  const bool huge_pages = pages == "huge" && TransparentHugePagesAvailable();
+  const bool huge_pages = HugePagesFromFlag(opts["pages"].as<std::string>());
   if (parts != 1 && parts != 3) ThrowInputError("--parts must be 1 or 3");
   const std::string layout = opts["layout"].as<std::string>();
   if (layout != "split" && layout != "records") {

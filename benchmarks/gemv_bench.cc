@@ -308,11 +308,7 @@ int Main(int argc, char** argv) {
   const int reps = std::max(1, opts["reps"].as<int>());
   const size_t rotate_bytes = opts["rotate-mib"].as<size_t>() << 20;
   const size_t probe_bytes = opts["probe-mib"].as<size_t>() << 20;
-  const std::string pages = opts["pages"].as<std::string>();
-  if (pages != "huge" && pages != "small") {
-    ThrowInputError("unknown --pages '", pages, "' (want huge, small)");
-  }
-  const bool huge_pages = pages == "huge" && TransparentHugePagesAvailable();
+  const bool huge_pages = HugePagesFromFlag(opts["pages"].as<std::string>());
 
   const bool hide_extensions = opts["hide-cpu-extensions"].as<bool>();
   simd::HideCpuExtensionsForTest(hide_extensions);
