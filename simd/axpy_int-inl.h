@@ -1,10 +1,10 @@
 // Per-target code of the integer AxpyRows (axpy_int.h).
 //
-// Two forms of the same sums:
+// Three forms of the same sums:
 //  - natural (every target): for each row and block, the multiple m splits
 //    into signed bytes m = 256 * hi + lo, and hi * (q - 8) and lo * (q - 8)
 //    are added to two int32 arrays indexed by column;
-//  - quads (x86 with AVX-512 VNNI): four rows at a time, their bytes
+//  - quads (AVX3_DL, x86 with AVX-512 VNNI): four rows at a time, their bytes
 //    interleaved so that each 32-bit lane holds one column's byte of each
 //    row, and vpdpbusd adds the four products of a lane's bytes with the
 //    four rows' hi (or lo) bytes in one instruction. A byte holds two
@@ -13,8 +13,10 @@
 //    high column's sum is (whole - low) / 16. The -8 of each nibble is
 //    taken off at the end, from the sum of the rows' m for each block.
 //    Q4_0 rows (blocks of 18 bytes) get four blocks' nibbles into one
-//    vector with a byte permute and an insert, as Q4_0S keeps them.
-// Both are exact, so AxpyIntFinish gives the same bits from either.
+//    vector with a byte permute and an insert, as Q4_0S keeps them;
+//  - blocks (x86 targets below AVX3_DL whose CPU has vpdpbusd): the quad
+//    form's steps in 256-bit vectors, one block at a time (AddBlockQuads).
+// All are exact, so AxpyIntFinish gives the same bits from any.
 //
 // The quad form is raw AVX-512 code because Highway 1.0.3 has no 8-bit
 // dot product (int8_dot-inl.h). Measured on a 2 vCPU Zen 4 VM (AVX3_DL),
@@ -157,14 +159,8 @@ HWY_INLINE void FinishNatural(size_t n, const int32_t* hi, const int32_t* lo, fl
   }
 }
 
-#ifdef SPARROW_INT8_VNNI
+#if defined(SPARROW_INT8_VNNI) || defined(SPARROW_INT8_VNNI_RUNTIME)
 
-// Chunks of four blocks (128 columns): the quad form's unit. Within a
-// chunk's 128 int32 of each array, vector v = 2 * i + w (i < 4, w = 0 low
-// columns, 1 whole bytes) holds in lane 4 * kb + t the sum for byte
-// 4 * i + t of the chunk's block kb.
-inline constexpr size_t kQuadChunkBlocks = 4;
-inline constexpr size_t kQuadChunkCols = 128;
 // Quads of rows per pass over a span: sixteen rows side by side.
 //
 // Where the time goes (Zen 4 VM at 3.66 GHz, throwaway loops): vpdpbusd on
@@ -244,6 +240,16 @@ HWY_INLINE void NextQuadRows(const uint8_t* const* rows, size_t count, const flo
   }
 }
 
+#endif
+
+#ifdef SPARROW_INT8_VNNI
+
+// Chunks of four blocks (128 columns): the quad form's unit. Within a
+// chunk's 128 int32 of each array, vector v = 2 * i + w (i < 4, w = 0 low
+// columns, 1 whole bytes) holds in lane 4 * kb + t the sum for byte
+// 4 * i + t of the chunk's block kb.
+inline constexpr size_t kQuadChunkBlocks = 4;
+inline constexpr size_t kQuadChunkCols = 128;
 // Word j of two tables of 64 words (vpermt2w) that holds the scale of
 // Q4_0 block j % 8 of the eight whose 144 bytes start the tables.
 struct Q4_0ScaleIndex {
@@ -587,12 +593,275 @@ HWY_INLINE void FinishQuads(size_t nchunks, const int32_t* hi, const int32_t* lo
 
 #endif  // SPARROW_INT8_VNNI
 
-// Where a window's sums keep what: hi and lo `width` int32 each, then one
-// per block (the quad form's sums of m). The quad form takes the window's
-// whole chunks and the natural form the blocks after them.
+#ifdef SPARROW_INT8_VNNI_RUNTIME
+// The block form: the quad form's sums in 256-bit vectors, for x86 targets
+// below AVX3_DL on CPUs with an 8-bit dot product (AVX-VNNI's VEX vpdpbusd
+// on AVX2, AVX-512 VNNI's on AVX3; TargetHasVnni). One block (32 columns)
+// a step: each of a quad's four rows' 16 nibble bytes is loaded into both
+// 128-bit halves of a vector, so that byte and word unpacks interleave the
+// rows as in the quad form and a blend of two of their results puts bytes
+// 4j..4j+3 of every row in half 0 and 4j+4..4j+7 in half 1. The VEX form
+// reaches only ymm0-15, which is why a step is one block: its eight vectors
+// of sums (below) stay in registers for a pass's quads. Both Q4_0S and Q4_0
+// rows: a block's nibbles are 16 bytes either way.
+//
+// Measured on the 2 vCPU Intel Xeon (Emerald Rapids) VM with dispatch
+// forced to a target (SPARROW_SIMD_TARGET), one thread, `gather_bench
+// --types q4_0s,q4_0 --kernels axpy,axpy-int --clock cpu`, three rounds,
+// GB/s of AxpyRows' fp32 chain against the block form. AVX2 (AVX-VNNI): in
+// L2 (`--shapes 2048x512,768x1024 --parts 1 --rotate-mib 1`) Q4_0S 7.3
+// against 14.9-16.4, Q4_0 5.8-5.9 against 13.2-13.7; from DRAM (`--shapes
+// 2048x5632,768x3072`) Q4_0S rows 2048 wide 6.1-7.0 against 8.7-9.6, 768
+// wide 6.9-7.1 against 10.7-11.8, a random quarter 3.7-6.8 against 8.0-8.4
+// and 5.2-5.8 against 7.0-8.7; Q4_0 4.3-5.5 against 7.2-8.2 and 5.7-5.8
+// against 8.6-8.8. AVX3 (AVX-512 VNNI), whose AxpyRows takes 512 bits and
+// a table for the nibbles: in L2 faster (Q4_0S 8.5-13.1 against
+// 11.0-18.2), from DRAM not (rows 2048 wide 9.8-10.6 against 9.0-9.9, a
+// random quarter 8.3-9.1 against 7.6-8.5; 768 wide 7.0-8.7 against
+// 9.2-11.9), and `sparrow bench` on 1.1B-shaped Q4_0S dip bundle the same
+// on both (17.5-18.5 tok/s): AxpyIntFast stays false there.
+//
+// The sums of block j are the 64 int32 at 64 * j: vector 4p + 2w + h
+// (p < 2, w = 0 low nibbles, 1 whole bytes, h = 0 for hi, 1 for lo), half
+// g, lane t, holds the sum for byte 4 * (2p + g) + t; msum as in the quad
+// form.
+inline constexpr size_t kBlockSums = 64;
+
+HWY_INLINE __m256i DotBytes256(__m256i acc, __m256i u8, __m256i s8) {
+#if HWY_TARGET == HWY_AVX2  // VEX: ymm0-15 only
+  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u8), "x"(s8));
+#else
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
+#endif
+  return acc;
+}
+
+// Multiples of eight blocks' f16 scales (in `halves`) of one row, as
+// RowMultiples computes them: clamped, rounded to nearest even by the
+// conversion in the default rounding mode, NaN as 0.
+HWY_INLINE __m256i RowMultiples8(__m128i halves, float s) {
+  const __m256 p = _mm256_mul_ps(_mm256_cvtph_ps(halves), _mm256_set1_ps(s));
+  const __m256 limit = _mm256_set1_ps(static_cast<float>(kAxpyIntMaxMultiple));
+  const __m256 finite = _mm256_and_ps(p, _mm256_cmp_ps(p, p, _CMP_ORD_Q));
+  return _mm256_cvtps_epi32(
+      _mm256_min_ps(_mm256_max_ps(finite, _mm256_sub_ps(_mm256_setzero_ps(), limit)), limit));
+}
+
+// The f16 scales of blocks [0, n) (n <= 8; the rest zero) of one row:
+// Q4_0S's 2 bytes apart, of which a 16-byte load stays inside the row (its
+// nibbles come after them), Q4_0's 18 apart, gathered as 32-bit words of
+// which the low half is the scale.
+HWY_INLINE __m128i RowHalves8(const uint8_t* scales, size_t stride, size_t n) {
+  if (stride == 2) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
+  const __m256i at = _mm256_setr_epi32(0, 18, 36, 54, 72, 90, 108, 126);
+  const __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
+                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i words = _mm256_and_si256(
+      _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(scales), at,
+                                  valid, 1),
+      _mm256_set1_epi32(0xFFFF));
+  // Halves 0-3 | 4-7 as the low 64 bits of each 128-bit half, then together.
+  const __m256i packed = _mm256_packus_epi32(words, words);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+}
+
+// Bytes 2i (the low byte of int16 i, a row's block i in the first of a
+// pair of packed rows) and 2i + 8 (the second row's) to bytes 2i, 2i + 1,
+// for i < 4 in each 128-bit half; +1 for the high bytes.
+HWY_INLINE __m256i PairBytes(bool high) {
+  const int h = high ? 1 : 0;
+  return _mm256_setr_epi8(0 + h, 8 + h, 2 + h, 10 + h, 4 + h, 12 + h, 6 + h, 14 + h, -1, -1, -1, -1,
+                          -1, -1, -1, -1, 0 + h, 8 + h, 2 + h, 10 + h, 4 + h, 12 + h, 6 + h, 14 + h,
+                          -1, -1, -1, -1, -1, -1, -1, -1);
+}
+
+// The hi and lo words (row r's byte in byte r) of one quad's multiples for
+// `n` blocks from `scale_at` on; msum[j] gains the rows' m.
+HWY_INLINE void BlockCoefficients(const uint8_t* const* rows, const float* s, size_t scale_at,
+                                  size_t stride, size_t n, uint32_t* HWY_RESTRICT hi,
+                                  uint32_t* HWY_RESTRICT lo, int32_t* HWY_RESTRICT msum) {
+  const __m256i lo_pairs = PairBytes(false), hi_pairs = PairBytes(true);
+  const __m256i bias = _mm256_set1_epi16(128);
+  for (size_t j = 0; j < n; j += 8) {
+    const size_t k = std::min<size_t>(8, n - j);
+    __m256i m[4];
+    for (size_t r = 0; r < 4; ++r) {
+      m[r] = RowMultiples8(RowHalves8(rows[r] + scale_at + stride * j, stride, k), s[r]);
+    }
+    // Half g: blocks 4g..4g+3 of rows 0, 1 (and 2, 3) as int16.
+    const __m256i m01 = _mm256_packs_epi32(m[0], m[1]), m23 = _mm256_packs_epi32(m[2], m[3]);
+    const __m256i word_lo = _mm256_unpacklo_epi16(_mm256_shuffle_epi8(m01, lo_pairs),
+                                                  _mm256_shuffle_epi8(m23, lo_pairs));
+    const __m256i word_hi =
+        _mm256_unpacklo_epi16(_mm256_shuffle_epi8(_mm256_add_epi16(m01, bias), hi_pairs),
+                              _mm256_shuffle_epi8(_mm256_add_epi16(m23, bias), hi_pairs));
+    const __m256i sum =
+        _mm256_add_epi32(_mm256_add_epi32(m[0], m[1]), _mm256_add_epi32(m[2], m[3]));
+    if (j + 8 <= n) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + j), word_lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + j), word_hi);
+      __m256i* ms = reinterpret_cast<__m256i*>(msum + j);
+      _mm256_storeu_si256(ms, _mm256_add_epi32(_mm256_loadu_si256(ms), sum));
+    } else {  // the last blocks: their lanes only
+      alignas(32) uint32_t wl[8], wh[8];
+      alignas(32) int32_t sm[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(wl), word_lo);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(wh), word_hi);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sm), sum);
+      for (size_t i = 0; j + i < n; ++i) {
+        lo[j + i] = wl[i];
+        hi[j + i] = wh[i];
+        msum[j + i] += sm[i];
+      }
+    }
+  }
+}
+
+// Block j (of the span) of one pass: its kQuads quads added to the
+// block's eight vectors of sums at `sums`.
+template <size_t kQuads>
+HWY_INLINE void QuadsBlock(const QuadRows& pass, const uint32_t (*bhi)[kAxpyIntSpanBlocks],
+                           const uint32_t (*blo)[kAxpyIntSpanBlocks], size_t at, size_t j,
+                           int32_t* HWY_RESTRICT sums) {
+  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
+  __m256i acc[8];
+  for (size_t v = 0; v < 8; ++v) {
+    acc[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + 8 * v));
+  }
+  for (size_t q = 0; q < kQuads; ++q) {
+    const uint8_t* const* r4 = pass.rows + 4 * q;
+    const auto load = [&](size_t r) HWY_ATTR {
+      return _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(r4[r] + at)));
+    };
+    const __m256i x0 = load(0), x1 = load(1), x2 = load(2), x3 = load(3);
+    const __m256i p01l = _mm256_unpacklo_epi8(x0, x1), p01h = _mm256_unpackhi_epi8(x0, x1);
+    const __m256i p23l = _mm256_unpacklo_epi8(x2, x3), p23h = _mm256_unpackhi_epi8(x2, x3);
+    // Bytes 0-3 | 4-7 and 8-11 | 12-15 of the four rows.
+    const __m256i w[2] = {_mm256_blend_epi32(_mm256_unpacklo_epi16(p01l, p23l),
+                                             _mm256_unpackhi_epi16(p01l, p23l), 0xF0),
+                          _mm256_blend_epi32(_mm256_unpacklo_epi16(p01h, p23h),
+                                             _mm256_unpackhi_epi16(p01h, p23h), 0xF0)};
+    const __m256i wh = _mm256_set1_epi32(static_cast<int>(bhi[q][j]));
+    const __m256i wl = _mm256_set1_epi32(static_cast<int>(blo[q][j]));
+    for (size_t p = 0; p < 2; ++p) {
+      const __m256i low = _mm256_and_si256(w[p], low_nibbles);
+      acc[4 * p + 0] = DotBytes256(acc[4 * p + 0], low, wh);
+      acc[4 * p + 1] = DotBytes256(acc[4 * p + 1], low, wl);
+      acc[4 * p + 2] = DotBytes256(acc[4 * p + 2], w[p], wh);
+      acc[4 * p + 3] = DotBytes256(acc[4 * p + 3], w[p], wl);
+    }
+  }
+  for (size_t v = 0; v < 8; ++v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + 8 * v), acc[v]);
+  }
+}
+
+// Prefetches into L2 the line of a pass's rows that holds the nibbles of
+// block j of a span (and, every 32 blocks, Q4_0S's line of scales). A
+// function rather than a lambda in AddBlockQuads: there GCC 12 emitted no
+// prefetch at all (objdump), with or without HWY_ATTR, and the block form
+// read Q4_0S rows 2048 wide from DRAM at 5.2-5.3 GB/s instead of 7.9.
+HWY_INLINE void PrefetchPassBlocks(const QuadRows& pass, const Q4_0Layout& layout,
+                                   size_t nibbles_at, size_t scale_at, size_t j) {
+  for (size_t r = 0; r < 4 * pass.quads; ++r) {
+    PrefetchLine(pass.rows[r] + nibbles_at + layout.nibble_stride * j, /*into_l2=*/true);
+    if (layout.scale_stride == 2 && j % 32 == 0) {
+      PrefetchLine(pass.rows[r] + scale_at + 2 * j, /*into_l2=*/true);
+    }
+  }
+}
+
+// Block form over blocks [b0, b0 + nblocks) of rows with row_blocks
+// blocks: passes of sixteen rows as the quad form's, each prefetching a
+// later one into L2, a line of each row every four blocks.
+HWY_INLINE void AddBlockQuads(const uint8_t* const* rows, size_t offset, bool split, size_t count,
+                              size_t row_blocks, size_t b0, size_t nblocks, const float* a,
+                              float inv_step, int32_t* HWY_RESTRICT sums,
+                              int32_t* HWY_RESTRICT msum) {
+  const Q4_0Layout layout = Q4_0Layout::For(split, row_blocks);
+  alignas(64) uint32_t bhi[kQuadsPerPass][kAxpyIntSpanBlocks];
+  alignas(64) uint32_t blo[kQuadsPerPass][kAxpyIntSpanBlocks];
+  for (size_t s0 = 0; s0 < nblocks; s0 += kAxpyIntSpanBlocks) {
+    const size_t span = std::min(kAxpyIntSpanBlocks, nblocks - s0);
+    const size_t sb = b0 + s0;  // the span's first block in the row
+    const size_t scale_at = offset + layout.scale_stride * sb;
+    const size_t nibbles_at = offset + layout.nibbles_at + layout.nibble_stride * sb;
+    const size_t span_bytes = span * (layout.nibble_stride + (split ? 2 : 0));
+    const size_t ahead = AxpyIntPassesAhead(span_bytes);
+    QuadRows ring[kAxpyIntMaxPassesAhead + 1];
+    size_t k = 0;
+    for (size_t i = 0; i <= ahead; ++i) NextQuadRows(rows, count, a, inv_step, &k, &ring[i]);
+    for (size_t i = 1; i < ahead; ++i) {
+      for (size_t j = 0; j < span; j += 4)
+        PrefetchPassBlocks(ring[i], layout, nibbles_at, scale_at, j);
+    }
+    for (size_t i = 0; ring[i % (ahead + 1)].quads > 0; ++i) {
+      QuadRows& pass = ring[i % (ahead + 1)];
+      const QuadRows& fetch = ring[(i + ahead) % (ahead + 1)];
+      for (size_t q = 0; q < pass.quads; ++q) {
+        BlockCoefficients(pass.rows + 4 * q, pass.s + 4 * q, scale_at, layout.scale_stride, span,
+                          bhi[q], blo[q], msum + s0);
+      }
+      for (size_t j = 0; j < span; ++j) {
+        if (j % 4 == 0) PrefetchPassBlocks(fetch, layout, nibbles_at, scale_at, j);
+        const size_t at = nibbles_at + layout.nibble_stride * j;
+        int32_t* block = sums + kBlockSums * (s0 + j);
+        switch (pass.quads) {
+          case 1:
+            QuadsBlock<1>(pass, bhi, blo, at, j, block);
+            break;
+          case 2:
+            QuadsBlock<2>(pass, bhi, blo, at, j, block);
+            break;
+          case 3:
+            QuadsBlock<3>(pass, bhi, blo, at, j, block);
+            break;
+          default:
+            QuadsBlock<4>(pass, bhi, blo, at, j, block);
+            break;
+        }
+      }
+      NextQuadRows(rows, count, a, inv_step, &k, &pass);  // pass i + ahead + 1
+    }
+  }
+}
+
+// y for blocks [0, nblocks) from the block form's sums, as FinishQuads:
+// in int64, 256 * hi + lo less 8 times the block's sum of m, times the step
+// in double, rounded to float once.
+HWY_INLINE void FinishBlockQuads(size_t nblocks, const int32_t* sums, const int32_t* msum,
+                                 float step, float* y) {
+  for (size_t j = 0; j < nblocks; ++j) {
+    const int32_t* b = sums + kBlockSums * j;
+    const int64_t eights = int64_t{8} * msum[j];
+    for (size_t p = 0; p < 2; ++p) {
+      for (size_t g = 0; g < 2; ++g) {
+        for (size_t t = 0; t < 4; ++t) {
+          const size_t lane = 4 * g + t, i = 4 * (2 * p + g) + t;
+          const int64_t low = int64_t{256} * b[8 * (4 * p + 0) + lane] + b[8 * (4 * p + 1) + lane];
+          const int64_t whole =
+              int64_t{256} * b[8 * (4 * p + 2) + lane] + b[8 * (4 * p + 3) + lane];
+          const double d = static_cast<double>(step);
+          y[32 * j + i] += static_cast<float>(d * static_cast<double>(low - eights));
+          y[32 * j + i + 16] +=
+              static_cast<float>(d * static_cast<double>((whole - low) / 16 - eights));
+        }
+      }
+    }
+  }
+}
+#endif  // SPARROW_INT8_VNNI_RUNTIME
+
+// Where a window's sums keep what: hi and lo `width` int32 each (the
+// natural and quad forms; the block form's 64 int32 a block in their
+// place), then one per block (the quad and block forms' sums of m). The
+// quad form takes the window's whole chunks and the natural form the blocks
+// after them; the block form takes every block.
 struct SumsLayout {
   size_t quad_chunks;  // 0 where the target has no quad form
   size_t width;
+  bool blocks = false;  // the block form
   template <class T>  // int32_t or const int32_t
   T* hi(T* sums) const {
     return sums;
@@ -605,12 +874,14 @@ struct SumsLayout {
   T* msum(T* sums) const {
     return sums + 2 * width;
   }
-  size_t natural_at() const { return 128 * quad_chunks; }
+  size_t natural_at() const { return blocks ? width : 128 * quad_chunks; }
 };
 
 HWY_INLINE SumsLayout LayoutFor(size_t width) {
-#ifdef SPARROW_INT8_VNNI
+#if defined(SPARROW_INT8_VNNI)
   return {width / kQuadChunkCols, width};
+#elif defined(SPARROW_INT8_VNNI_RUNTIME)
+  return {0, width, TargetHasVnni()};
 #else
   return {0, width};
 #endif
@@ -633,6 +904,12 @@ HWY_INLINE void AxpyIntAddImpl(TensorType type, const uint8_t* const* rows, size
     }
   }
 #endif
+#ifdef SPARROW_INT8_VNNI_RUNTIME
+  if (s.blocks) {
+    AddBlockQuads(rows, offset, split, count, row_blocks, b0, width / 32, a, inv_step, sums,
+                  s.msum(sums));
+  }
+#endif
   const size_t done = s.natural_at();
   if (done < width) {
     AddNatural(rows, offset, split, count, row_blocks, b0 + done / 32, (width - done) / 32, a,
@@ -645,13 +922,20 @@ HWY_INLINE void AxpyIntFinishImpl(size_t width, const int32_t* sums, float step,
 #ifdef SPARROW_INT8_VNNI
   FinishQuads(s.quad_chunks, s.hi(sums), s.lo(sums), s.msum(sums), step, y);
 #endif
+#ifdef SPARROW_INT8_VNNI_RUNTIME
+  if (s.blocks) FinishBlockQuads(width / 32, sums, s.msum(sums), step, y);
+#endif
   const size_t done = s.natural_at();
   FinishNatural(width - done, s.hi(sums) + done, s.lo(sums) + done, step, y + done);
 }
 
 HWY_INLINE bool AxpyIntFastImpl() {
-#ifdef SPARROW_INT8_VNNI
+#if defined(SPARROW_INT8_VNNI)
   return true;
+#elif defined(SPARROW_INT8_VNNI_RUNTIME)
+  // AVX3's AxpyRows (512-bit, Q4_0NibbleTable) kept up with the block form
+  // from DRAM (AddBlockQuads has the figures).
+  return HWY_TARGET == HWY_AVX2 && TargetHasVnni();
 #else
   return false;
 #endif

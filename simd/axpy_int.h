@@ -19,7 +19,8 @@
 // Why: AxpyRows' fp32 chain costs a conversion and a multiply-add per
 // element and row, which bounds it below the memory's speed with the rows
 // in cache (gather_bench). Here the target's 8-bit dot product
-// (vpdpbusd on x86 with AVX-512 VNNI) multiplies four rows' bytes at once.
+// (vpdpbusd on x86 with AVX-512 VNNI or AVX-VNNI) multiplies four rows'
+// bytes at once.
 //
 // The sums live in a buffer of AxpyIntSumsInts(width) int32 that the
 // caller zeroes before a token's first call; its layout belongs to the SIMD
@@ -57,9 +58,10 @@ inline size_t AxpyIntPassesAhead(size_t row_bytes) {
 
 // Types AxpyIntAdd takes (Q4_0S, Q4_0).
 bool AxpyIntSupports(TensorType type);
-// Whether the current target sums in integers faster than AxpyRows
-// (x86 with AVX-512 VNNI); elsewhere the portable form is for tests and
-// for a token whose calls must agree with such a target's bits.
+// Whether the current target sums in integers faster than AxpyRows (x86
+// with vpdpbusd: AVX3_DL, and AVX2 where the CPU has AVX-VNNI); elsewhere
+// the other forms are for tests and for a token whose calls must agree
+// with such a target's bits.
 bool AxpyIntFast();
 
 // The step of a token whose largest |coefficient| is `largest_coefficient`

@@ -120,7 +120,7 @@ TEST_CASE("AxpyIntAdd and AxpyIntFinish give the reference's bits in any row ord
   // over ten passes for 512 x 150.
   const Shape shapes[] = {{96, 5},    {160, 17},  {2048, 1},  {2048, 70},
                           {512, 150}, {4160, 21}, {16544, 18}};
-  ForEachTarget([&](const Target& target) {
+  ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
     std::mt19937 rng(7);
     for (TensorType type : kTypes) {
       for (const Shape& shape : shapes) {
@@ -133,9 +133,9 @@ TEST_CASE("AxpyIntAdd and AxpyIntFinish give the reference's bits in any row ord
           for (const auto& w : windows) {
             const std::vector<float> want = ReferenceSum(p, w[0], w[1], step);
             for (size_t calls : {1, 3}) {
-              INFO(target.name, " ", TensorTypeName(type), " cols ", shape.cols, " rows ",
-                   shape.count, " window ", w[0], "+", w[1], " step x", step_scale, " calls ",
-                   calls);
+              INFO(target.name, hidden ? " (extensions hidden) " : " ", TensorTypeName(type),
+                   " cols ", shape.cols, " rows ", shape.count, " window ", w[0], "+", w[1],
+                   " step x", step_scale, " calls ", calls);
               CHECK(SameBits(KernelSum(p, w[0], w[1], step, calls, rng), want));
             }
           }
@@ -146,7 +146,7 @@ TEST_CASE("AxpyIntAdd and AxpyIntFinish give the reference's bits in any row ord
 }
 
 TEST_CASE("AxpyInt is within its rounding of the exact sum") {
-  ForEachTarget([&](const Target& target) {
+  ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
     std::mt19937 rng(11);
     for (TensorType type : kTypes) {
       const size_t cols = 2048, count = 200;
@@ -158,7 +158,8 @@ TEST_CASE("AxpyInt is within its rounding of the exact sum") {
       // Each term's multiple is off by at most half a step, times |q - 8| <= 8;
       // the sums are exact, then rounded to float twice (the product, the add).
       for (size_t i = 0; i < cols; ++i) {
-        INFO(target.name, " ", TensorTypeName(type), " column ", i);
+        INFO(target.name, hidden ? " (extensions hidden) " : " ", TensorTypeName(type), " column ",
+             i);
         const double bound = count * 4.0 * step + 4e-7 * (std::fabs(exact[i]) + 1.0);
         CHECK(std::fabs(static_cast<double>(got[i]) - exact[i]) <= bound);
       }
@@ -168,7 +169,7 @@ TEST_CASE("AxpyInt is within its rounding of the exact sum") {
 
 TEST_CASE(
     "AxpyInt counts NaN coefficients as zero and does not read rows whose coefficient is zero") {
-  ForEachTarget([&](const Target& target) {
+  ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
     std::mt19937 rng(3);
     for (TensorType type : kTypes) {
       Problem p = MakeProblem(type, 256, 9, rng);
@@ -179,7 +180,7 @@ TEST_CASE(
       zeroed.rows[4] = nullptr;  // never read
       Problem nan = p;
       nan.a[4] = std::numeric_limits<float>::quiet_NaN();
-      INFO(target.name, " ", TensorTypeName(type));
+      INFO(target.name, hidden ? " (extensions hidden) " : " ", TensorTypeName(type));
       CHECK(
           SameBits(KernelSum(nan, 0, 256, step, 1, rng), KernelSum(zeroed, 0, 256, step, 1, rng)));
     }
@@ -187,7 +188,7 @@ TEST_CASE(
 }
 
 TEST_CASE("AxpyIntAdd reads its rows `offset` bytes after their pointers") {
-  ForEachTarget([&](const Target& target) {
+  ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
     std::mt19937 rng(5);
     for (TensorType type : kTypes) {
       const size_t cols = 640, count = 11, offset = 1170;  // a record's later part
@@ -206,16 +207,20 @@ TEST_CASE("AxpyIntAdd reads its rows `offset` bytes after their pointers") {
                  sums.data(), offset);
       std::vector<float> y(p.y0.begin() + 32, p.y0.end() - 32);
       AxpyIntFinish(cols - 64, sums.data(), step, y.data());
-      INFO(target.name, " ", TensorTypeName(type));
+      INFO(target.name, hidden ? " (extensions hidden) " : " ", TensorTypeName(type));
       CHECK(SameBits(y, ReferenceSum(p, 32, cols - 64, step)));
     }
   });
 }
 
-TEST_CASE("AxpyIntFast is the target with the quad form") {
-  ForEachTarget([&](const Target& target) {
-    INFO(target.name);
-    CHECK(AxpyIntFast() == (target.name == "AVX3_DL"));
+TEST_CASE("AxpyIntFast is AVX3_DL, and AVX2 where the CPU has AVX-VNNI") {
+  ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
+    INFO(target.name, hidden ? " (extensions hidden)" : "");
+    // AVX2's block form where the CPU check finds the VEX vpdpbusd; hiding
+    // the extensions makes that check fail.
+    const bool vex_vnni = CpuHasX86Vnni(/*evex=*/false);
+    CHECK(AxpyIntFast() == (target.name == "AVX3_DL" || (target.name == "AVX2" && vex_vnni)));
+    if (hidden) CHECK_FALSE(vex_vnni);
   });
 }
 

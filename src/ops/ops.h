@@ -150,7 +150,8 @@ class RowAxpyIntSums {
  public:
   // Whether RowAxpysInt takes rows of `type` in the current kernel mode on
   // this CPU: Q4_0S and Q4_0 with the fast kernels where the SIMD target
-  // sums in integers faster than RowAxpys (x86 with AVX-512 VNNI).
+  // sums in integers faster than RowAxpys (x86: AVX3_DL, whose CPUs have
+  // AVX-512 VNNI, and AVX2 where the CPU has AVX-VNNI).
   static bool Usable(TensorType type);
   // Bytes of the sums of n tokens over rows of `cols` elements (a set for
   // each thread).
