@@ -757,16 +757,26 @@ HWY_INLINE void QuadsBlock(const QuadRows& pass, const uint32_t (*bhi)[kAxpyIntS
   }
 }
 
-// Prefetches into L2 the line of a pass's rows that holds the nibbles of
-// block j of a span (and, every 32 blocks, Q4_0S's line of scales). A
-// function rather than a lambda in AddBlockQuads: there GCC 12 emitted no
-// prefetch at all (objdump), with or without HWY_ATTR, and the block form
-// read Q4_0S rows 2048 wide from DRAM at 5.2-5.3 GB/s instead of 7.9.
+// Prefetches into L2 the lines of a pass's rows that hold the nibbles of
+// blocks j..j+3 of a span (Q4_0S: 64 bytes, whose second line, if any, the
+// next call's first is; Q4_0: 72, up to three lines) and, every 32 blocks,
+// Q4_0S's line of scales. Q4_0's first line only, as first built, left
+// some lines unfetched: rows 2048 wide from DRAM ran at 6.2-8.3 GB/s
+// against 7.2-9.6 with all three (AVX2, five alternated rounds; 768 wide
+// within the noise). A function rather than a lambda in AddBlockQuads:
+// there GCC 12 emitted no prefetch at all (objdump), with or without
+// HWY_ATTR, and the block form read Q4_0S rows 2048 wide from DRAM at
+// 5.2-5.3 GB/s instead of 7.9.
 HWY_INLINE void PrefetchPassBlocks(const QuadRows& pass, const Q4_0Layout& layout,
                                    size_t nibbles_at, size_t scale_at, size_t j) {
+  const bool split = layout.scale_stride == 2;
   for (size_t r = 0; r < 4 * pass.quads; ++r) {
-    PrefetchLine(pass.rows[r] + nibbles_at + layout.nibble_stride * j, /*into_l2=*/true);
-    if (layout.scale_stride == 2 && j % 32 == 0) {
+    const uint8_t* nibbles = pass.rows[r] + nibbles_at + layout.nibble_stride * j;
+    PrefetchLine(nibbles, /*into_l2=*/true);
+    if (!split) {
+      PrefetchLine(nibbles + 64, /*into_l2=*/true);
+      PrefetchLine(nibbles + 4 * sizeof(BlockQ4_0) - 1, /*into_l2=*/true);
+    } else if (j % 32 == 0) {
       PrefetchLine(pass.rows[r] + scale_at + 2 * j, /*into_l2=*/true);
     }
   }
