@@ -15,7 +15,7 @@
 //    Q4_0 rows (blocks of 18 bytes) get four blocks' nibbles into one
 //    vector with a byte permute and an insert, as Q4_0S keeps them;
 //  - blocks (x86 targets below AVX3_DL whose CPU has vpdpbusd): the quad
-//    form's steps in 256-bit vectors, one block at a time (AddBlockQuads).
+//    form's steps in 256-bit vectors, one block at a time (BlockForm).
 // All are exact, so AxpyIntFinish gives the same bits from any.
 //
 // The quad form is raw AVX-512 code because Highway 1.0.3 has no 8-bit
@@ -240,15 +240,120 @@ HWY_INLINE void NextQuadRows(const uint8_t* const* rows, size_t count, const flo
   }
 }
 
+// Chunks of four blocks (128 columns): the unit of a pass's prefetches,
+// and the quad form's.
+inline constexpr size_t kQuadChunkBlocks = 4;
+
+// Bytes from a chunk's first nibble byte to the next chunk's in a row
+// (Q4_0: with the scales between the blocks).
+template <bool kSplit>
+inline constexpr size_t kQuadChunkBytes = kQuadChunkBlocks * (kSplit ? 16 : sizeof(BlockQ4_0));
+
+// Prefetches into L2 chunk c of a pass's rows for a span whose first
+// nibble byte is at `nibbles_at` and first scale at `scale_at` (Q4_0S: its
+// scales, 8 bytes a chunk, with the first chunks).
+template <bool kSplit>
+HWY_INLINE void PrefetchPassChunk(const QuadRows& pass, size_t nibbles_at, size_t scale_at,
+                                  size_t c, size_t span_chunks) {
+  constexpr size_t kChunkBytes = kQuadChunkBytes<kSplit>;
+  const size_t at = nibbles_at + kChunkBytes * c;
+  for (size_t r = 0; r < 4 * pass.quads; ++r) {
+    PrefetchLine(pass.rows[r] + at, /*into_l2=*/true);
+    if (!kSplit) {  // 72 bytes: the next line or two
+      PrefetchLine(pass.rows[r] + at + 64, /*into_l2=*/true);
+      PrefetchLine(pass.rows[r] + at + kChunkBytes - 1, /*into_l2=*/true);
+    } else if (64 * c < 8 * span_chunks + 64) {
+      PrefetchLine(pass.rows[r] + scale_at + 64 * c, /*into_l2=*/true);
+    }
+  }
+}
+
+// Passes of sixteen rows (the nonzero-coefficient ones, in order) over
+// blocks [b0, b0 + nblocks) of rows with row_blocks blocks, for the quad
+// and the block forms (Form: QuadForm, BlockForm). For each span of
+// kAxpyIntSpanBlocks blocks and each pass, Form::Coefficients gives every
+// quad's hi and lo words for the span's blocks (msum gains their m), then
+// Form::Chunk<quads> adds the pass's rows to the sums of each chunk of the
+// span (the last may be short in the block form).
+//
+// Each pass prefetches a later pass, a chunk at a time as it sums its own:
+// as many passes ahead as cover 12 KB of rows (AxpyIntPassesAhead), so two
+// for rows 768 or 1024 wide, three for 512, one from 1536 on. Against one
+// pass ahead everywhere (Zen 4 VM, `gather_bench --kernels axpy-int
+// --threads 1 --clock cpu`, alternated): every row in order, Q4_0S 768 wide
+// 21.6-22.1 GB/s against 19.1-20.1 and Q4_0 17.7-18.3 against 13.8-15.3 (ten
+// rounds), Q4_0S 1024 wide 23.3-24.7 against 19.8-21.4 and 512 wide
+// 19.2-20.5 against 15.1-15.8 (six rounds, one slow outlier each); a
+// quarter of rows 768 wide in order and in random order the same (sixteen
+// rounds, medians 16.0 and 16.0, 10.4 and 10.5 GB/s). Two passes ahead for
+// every width left Q4_0S rows 2048 wide where they were (twelve rounds,
+// medians 22.5 both) and took rows 6144 wide from 18.0-19.2 to 17.0-18.6.
+// The loads alone in this order (`--kernels read-int`) read Q4_0S rows
+// 2048 wide at 26.2-28.2 GB/s two passes ahead and 20.8-22.9 one ahead;
+// the kernel, at 21-24 either way, does not follow.
+template <bool kSplit, class Form>
+HWY_INLINE void AddPasses(const uint8_t* const* rows, size_t offset, size_t count,
+                          size_t row_blocks, size_t b0, size_t nblocks, const float* a,
+                          float inv_step, int32_t* HWY_RESTRICT msum, const Form& form) {
+  const Q4_0Layout layout = Q4_0Layout::For(kSplit, row_blocks);
+  constexpr size_t kChunkBytes = kQuadChunkBytes<kSplit>;
+  alignas(64) uint32_t whi[kQuadsPerPass][kAxpyIntSpanBlocks];
+  alignas(64) uint32_t wlo[kQuadsPerPass][kAxpyIntSpanBlocks];
+  for (size_t s0 = 0; s0 < nblocks; s0 += kAxpyIntSpanBlocks) {
+    const size_t span = std::min(kAxpyIntSpanBlocks, nblocks - s0);
+    const size_t span_chunks = (span + kQuadChunkBlocks - 1) / kQuadChunkBlocks;
+    const size_t sb = b0 + s0;  // the span's first block in the row
+    const size_t scale_at = offset + layout.scale_stride * sb;
+    const size_t nibbles_at = offset + layout.nibbles_at + layout.nibble_stride * sb;
+    // Passes i .. i + ahead in ring[(i .. i + ahead) % (ahead + 1)]; each
+    // row's span holds its nibbles and (Q4_0S) 8 bytes of scales a chunk.
+    static_assert(4 * kQuadsPerPass == 16);
+    const size_t ahead = AxpyIntPassesAhead(span_chunks * (kChunkBytes + (kSplit ? 8 : 0)));
+    QuadRows ring[kAxpyIntMaxPassesAhead + 1];
+    size_t k = 0;
+    for (size_t j = 0; j <= ahead; ++j) NextQuadRows(rows, count, a, inv_step, &k, &ring[j]);
+    // The passes no earlier pass prefetches.
+    for (size_t j = 1; j < ahead; ++j) {
+      for (size_t c = 0; c < span_chunks; ++c) {
+        PrefetchPassChunk<kSplit>(ring[j], nibbles_at, scale_at, c, span_chunks);
+      }
+    }
+    for (size_t i = 0; ring[i % (ahead + 1)].quads > 0; ++i) {
+      QuadRows& pass = ring[i % (ahead + 1)];
+      const QuadRows& fetch = ring[(i + ahead) % (ahead + 1)];
+      for (size_t q = 0; q < pass.quads; ++q) {
+        Form::Coefficients(pass.rows + 4 * q, pass.s + 4 * q, scale_at, layout.scale_stride, span,
+                           whi[q], wlo[q], msum + s0);
+      }
+      for (size_t c = 0; c < span_chunks; ++c) {
+        PrefetchPassChunk<kSplit>(fetch, nibbles_at, scale_at, c, span_chunks);
+        switch (pass.quads) {
+          case 1:
+            form.template Chunk<1>(pass, whi, wlo, layout, nibbles_at, s0, span, c);
+            break;
+          case 2:
+            form.template Chunk<2>(pass, whi, wlo, layout, nibbles_at, s0, span, c);
+            break;
+          case 3:
+            form.template Chunk<3>(pass, whi, wlo, layout, nibbles_at, s0, span, c);
+            break;
+          default:
+            form.template Chunk<4>(pass, whi, wlo, layout, nibbles_at, s0, span, c);
+            break;
+        }
+      }
+      NextQuadRows(rows, count, a, inv_step, &k, &pass);  // pass i + ahead + 1
+    }
+  }
+}
+
 #endif
 
 #ifdef SPARROW_INT8_VNNI
 
-// Chunks of four blocks (128 columns): the quad form's unit. Within a
-// chunk's 128 int32 of each array, vector v = 2 * i + w (i < 4, w = 0 low
-// columns, 1 whole bytes) holds in lane 4 * kb + t the sum for byte
-// 4 * i + t of the chunk's block kb.
-inline constexpr size_t kQuadChunkBlocks = 4;
+// The quad form's sums: within a chunk's 128 int32 of each array, vector
+// v = 2 * i + w (i < 4, w = 0 low columns, 1 whole bytes) holds in lane
+// 4 * kb + t the sum for byte 4 * i + t of the chunk's block kb.
 inline constexpr size_t kQuadChunkCols = 128;
 // Word j of two tables of 64 words (vpermt2w) that holds the scale of
 // Q4_0 block j % 8 of the eight whose 144 bytes start the tables.
@@ -428,109 +533,26 @@ HWY_INLINE void QuadsChunk(const QuadRows& pass, const uint32_t (*chi)[kAxpyIntS
   }
 }
 
-// Bytes from a chunk's first nibble byte to the next chunk's in a row
-// (Q4_0: with the scales between the blocks).
+// The quad form for AddPasses: hi and lo hold 128 int32 per chunk
+// (whole chunks only).
 template <bool kSplit>
-inline constexpr size_t kQuadChunkBytes = kQuadChunkBlocks * (kSplit ? 16 : sizeof(BlockQ4_0));
-
-// Prefetches into L2 chunk c of a pass's rows for a span whose first
-// nibble byte is at `nibbles_at` and first scale at `scale_at` (Q4_0S: its
-// scales, 8 bytes a chunk, with the first chunks).
-template <bool kSplit>
-HWY_INLINE void PrefetchPassChunk(const QuadRows& pass, size_t nibbles_at, size_t scale_at,
-                                  size_t c, size_t span_chunks) {
-  constexpr size_t kChunkBytes = kQuadChunkBytes<kSplit>;
-  const size_t at = nibbles_at + kChunkBytes * c;
-  for (size_t r = 0; r < 4 * pass.quads; ++r) {
-    PrefetchLine(pass.rows[r] + at, /*into_l2=*/true);
-    if (!kSplit) {  // 72 bytes: the next line or two
-      PrefetchLine(pass.rows[r] + at + 64, /*into_l2=*/true);
-      PrefetchLine(pass.rows[r] + at + kChunkBytes - 1, /*into_l2=*/true);
-    } else if (64 * c < 8 * span_chunks + 64) {
-      PrefetchLine(pass.rows[r] + scale_at + 64 * c, /*into_l2=*/true);
-    }
+struct QuadForm {
+  int32_t* hi;
+  int32_t* lo;
+  static HWY_INLINE void Coefficients(const uint8_t* const* rows, const float* s, size_t scale_at,
+                                      size_t stride, size_t nblocks, uint32_t* HWY_RESTRICT whi,
+                                      uint32_t* HWY_RESTRICT wlo, int32_t* HWY_RESTRICT msum) {
+    QuadCoefficients(rows, s, scale_at, stride, nblocks, whi, wlo, msum);
   }
-}
-
-// Quad form over whole chunks [0, nchunks) of the window starting at block
-// b0 of rows with row_blocks blocks: hi/lo hold 128 int32 per chunk, msum
-// one per block.
-//
-// Each pass prefetches a later pass, a chunk at a time as it sums its own:
-// as many passes ahead as cover 12 KB of rows (AxpyIntPassesAhead), so two
-// for rows 768 or 1024 wide, three for 512, one from 1536 on. Against one
-// pass ahead everywhere (Zen 4 VM, `gather_bench --kernels axpy-int
-// --threads 1 --clock cpu`, alternated): every row in order, Q4_0S 768 wide
-// 21.6-22.1 GB/s against 19.1-20.1 and Q4_0 17.7-18.3 against 13.8-15.3 (ten
-// rounds), Q4_0S 1024 wide 23.3-24.7 against 19.8-21.4 and 512 wide
-// 19.2-20.5 against 15.1-15.8 (six rounds, one slow outlier each); a
-// quarter of rows 768 wide in order and in random order the same (sixteen
-// rounds, medians 16.0 and 16.0, 10.4 and 10.5 GB/s). Two passes ahead for
-// every width left Q4_0S rows 2048 wide where they were (twelve rounds,
-// medians 22.5 both) and took rows 6144 wide from 18.0-19.2 to 17.0-18.6.
-// The loads alone in this order (`--kernels read-int`) read Q4_0S rows
-// 2048 wide at 26.2-28.2 GB/s two passes ahead and 20.8-22.9 one ahead;
-// the kernel, at 21-24 either way, does not follow.
-template <bool kSplit>
-HWY_INLINE void AddQuads(const uint8_t* const* rows, size_t offset, size_t count, size_t row_blocks,
-                         size_t b0, size_t nchunks, const float* a, float inv_step,
-                         int32_t* HWY_RESTRICT hi, int32_t* HWY_RESTRICT lo,
-                         int32_t* HWY_RESTRICT msum) {
-  const Q4_0Layout layout = Q4_0Layout::For(kSplit, row_blocks);
-  constexpr size_t kSpanChunks = kAxpyIntSpanBlocks / kQuadChunkBlocks;
-  constexpr size_t kChunkBytes = kQuadChunkBytes<kSplit>;
-  alignas(64) uint32_t chi[kQuadsPerPass][kAxpyIntSpanBlocks];
-  alignas(64) uint32_t clo[kQuadsPerPass][kAxpyIntSpanBlocks];
-  for (size_t c0 = 0; c0 < nchunks; c0 += kSpanChunks) {
-    const size_t span_chunks = std::min(kSpanChunks, nchunks - c0);
-    const size_t sb = b0 + c0 * kQuadChunkBlocks;  // the span's first block in the row
-    const size_t scale_at = offset + layout.scale_stride * sb;
-    const size_t nibbles_at = offset + layout.nibbles_at + layout.nibble_stride * sb;
-    // Passes i .. i + ahead in ring[(i .. i + ahead) % (ahead + 1)]; each
-    // row's span holds its nibbles and (Q4_0S) 8 bytes of scales a chunk.
-    static_assert(4 * kQuadsPerPass == 16);
-    const size_t ahead = AxpyIntPassesAhead(span_chunks * (kChunkBytes + (kSplit ? 8 : 0)));
-    QuadRows ring[kAxpyIntMaxPassesAhead + 1];
-    size_t k = 0;
-    for (size_t j = 0; j <= ahead; ++j) NextQuadRows(rows, count, a, inv_step, &k, &ring[j]);
-    // The passes no earlier pass prefetches.
-    for (size_t j = 1; j < ahead; ++j) {
-      for (size_t c = 0; c < span_chunks; ++c) {
-        PrefetchPassChunk<kSplit>(ring[j], nibbles_at, scale_at, c, span_chunks);
-      }
-    }
-    for (size_t i = 0; ring[i % (ahead + 1)].quads > 0; ++i) {
-      QuadRows& pass = ring[i % (ahead + 1)];
-      const QuadRows& fetch = ring[(i + ahead) % (ahead + 1)];
-      for (size_t q = 0; q < pass.quads; ++q) {
-        QuadCoefficients(pass.rows + 4 * q, pass.s + 4 * q, scale_at, layout.scale_stride,
-                         span_chunks * kQuadChunkBlocks, chi[q], clo[q],
-                         msum + c0 * kQuadChunkBlocks);
-      }
-      for (size_t c = 0; c < span_chunks; ++c) {
-        PrefetchPassChunk<kSplit>(fetch, nibbles_at, scale_at, c, span_chunks);
-        const size_t at = nibbles_at + kChunkBytes * c;
-        int32_t* h = hi + kQuadChunkCols * (c0 + c);
-        int32_t* l = lo + kQuadChunkCols * (c0 + c);
-        switch (pass.quads) {
-          case 1:
-            QuadsChunk<1, kSplit>(pass, chi, clo, at, c, h, l);
-            break;
-          case 2:
-            QuadsChunk<2, kSplit>(pass, chi, clo, at, c, h, l);
-            break;
-          case 3:
-            QuadsChunk<3, kSplit>(pass, chi, clo, at, c, h, l);
-            break;
-          default:
-            QuadsChunk<4, kSplit>(pass, chi, clo, at, c, h, l);
-            break;
-        }
-      }
-      NextQuadRows(rows, count, a, inv_step, &k, &pass);  // pass i + ahead + 1
-    }
+  template <size_t kQuads>
+  HWY_INLINE void Chunk(const QuadRows& pass, const uint32_t (*whi)[kAxpyIntSpanBlocks],
+                        const uint32_t (*wlo)[kAxpyIntSpanBlocks], const Q4_0Layout& /*layout*/,
+                        size_t nibbles_at, size_t s0, size_t /*span*/, size_t c) const {
+    const size_t chunk = s0 / kQuadChunkBlocks + c;  // in the window
+    QuadsChunk<kQuads, kSplit>(pass, whi, wlo, nibbles_at + kQuadChunkBytes<kSplit> * c, c,
+                               hi + kQuadChunkCols * chunk, lo + kQuadChunkCols * chunk);
   }
-}
+};
 
 // y for whole chunks [0, nchunks) from the quad form's sums. For each
 // chunk and group i of four bytes, lane 4 * kb + t of the low and whole
@@ -627,13 +649,12 @@ HWY_INLINE void FinishQuads(size_t nchunks, const int32_t* hi, const int32_t* lo
 // form.
 inline constexpr size_t kBlockSums = 64;
 
+// acc + the four u8 x i8 products of each 32-bit lane (int8_dot-inl.h's
+// vpdpbusd, VEX on AVX2).
 HWY_INLINE __m256i DotBytes256(__m256i acc, __m256i u8, __m256i s8) {
-#if HWY_TARGET == HWY_AVX2  // VEX: ymm0-15 only
-  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u8), "x"(s8));
-#else
-  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
-#endif
-  return acc;
+  using D = hn::CappedTag<uint8_t, 32>;
+  using Dots = VnniByteDotSum<D>;
+  return Dots::Add(D(), Dots::Acc{acc}, hn::Vec<D>{u8}, hn::Vec<D>{s8}).raw;
 }
 
 // Multiples of eight blocks' f16 scales (in `halves`) of one row, as
@@ -757,91 +778,33 @@ HWY_INLINE void QuadsBlock(const QuadRows& pass, const uint32_t (*bhi)[kAxpyIntS
   }
 }
 
-// Prefetches into L2 the lines of a pass's rows that hold the nibbles of
-// blocks j..j+3 of a span (Q4_0S: 64 bytes, whose second line, if any, the
-// next call's first is; Q4_0: 72, up to three lines) and, every 32 blocks,
-// Q4_0S's line of scales. Q4_0's first line only, as first built, left
-// some lines unfetched: rows 2048 wide from DRAM ran at 6.2-8.3 GB/s
-// against 7.2-9.6 with all three (AVX2, five alternated rounds; 768 wide
-// within the noise). A function rather than a lambda in AddBlockQuads:
-// there GCC 12 emitted no prefetch at all (objdump), with or without
-// HWY_ATTR, and the block form read Q4_0S rows 2048 wide from DRAM at
-// 5.2-5.3 GB/s instead of 7.9.
-HWY_INLINE void PrefetchPassBlocks(const QuadRows& pass, const Q4_0Layout& layout,
-                                   size_t nibbles_at, size_t scale_at, size_t j) {
-  const bool split = layout.scale_stride == 2;
-  for (size_t r = 0; r < 4 * pass.quads; ++r) {
-    const uint8_t* nibbles = pass.rows[r] + nibbles_at + layout.nibble_stride * j;
-    PrefetchLine(nibbles, /*into_l2=*/true);
-    if (!split) {
-      PrefetchLine(nibbles + 64, /*into_l2=*/true);
-      PrefetchLine(nibbles + 4 * sizeof(BlockQ4_0) - 1, /*into_l2=*/true);
-    } else if (j % 32 == 0) {
-      PrefetchLine(pass.rows[r] + scale_at + 2 * j, /*into_l2=*/true);
+// The block form for AddPasses: 64 int32 a block at `sums`; a span's last
+// chunk may be short.
+struct BlockForm {
+  int32_t* sums;
+  static HWY_INLINE void Coefficients(const uint8_t* const* rows, const float* s, size_t scale_at,
+                                      size_t stride, size_t nblocks, uint32_t* HWY_RESTRICT whi,
+                                      uint32_t* HWY_RESTRICT wlo, int32_t* HWY_RESTRICT msum) {
+    BlockCoefficients(rows, s, scale_at, stride, nblocks, whi, wlo, msum);
+  }
+  template <size_t kQuads>
+  HWY_INLINE void Chunk(const QuadRows& pass, const uint32_t (*whi)[kAxpyIntSpanBlocks],
+                        const uint32_t (*wlo)[kAxpyIntSpanBlocks], const Q4_0Layout& layout,
+                        size_t nibbles_at, size_t s0, size_t span, size_t c) const {
+    const size_t end = std::min(span, kQuadChunkBlocks * (c + 1));
+    for (size_t j = kQuadChunkBlocks * c; j < end; ++j) {
+      QuadsBlock<kQuads>(pass, whi, wlo, nibbles_at + layout.nibble_stride * j, j,
+                         sums + kBlockSums * (s0 + j));
     }
   }
-}
-
-// Block form over blocks [b0, b0 + nblocks) of rows with row_blocks
-// blocks: passes of sixteen rows as the quad form's, each prefetching a
-// later one into L2, a line of each row every four blocks.
-HWY_INLINE void AddBlockQuads(const uint8_t* const* rows, size_t offset, bool split, size_t count,
-                              size_t row_blocks, size_t b0, size_t nblocks, const float* a,
-                              float inv_step, int32_t* HWY_RESTRICT sums,
-                              int32_t* HWY_RESTRICT msum) {
-  const Q4_0Layout layout = Q4_0Layout::For(split, row_blocks);
-  alignas(64) uint32_t bhi[kQuadsPerPass][kAxpyIntSpanBlocks];
-  alignas(64) uint32_t blo[kQuadsPerPass][kAxpyIntSpanBlocks];
-  for (size_t s0 = 0; s0 < nblocks; s0 += kAxpyIntSpanBlocks) {
-    const size_t span = std::min(kAxpyIntSpanBlocks, nblocks - s0);
-    const size_t sb = b0 + s0;  // the span's first block in the row
-    const size_t scale_at = offset + layout.scale_stride * sb;
-    const size_t nibbles_at = offset + layout.nibbles_at + layout.nibble_stride * sb;
-    const size_t span_bytes = span * (layout.nibble_stride + (split ? 2 : 0));
-    const size_t ahead = AxpyIntPassesAhead(span_bytes);
-    QuadRows ring[kAxpyIntMaxPassesAhead + 1];
-    size_t k = 0;
-    for (size_t i = 0; i <= ahead; ++i) NextQuadRows(rows, count, a, inv_step, &k, &ring[i]);
-    for (size_t i = 1; i < ahead; ++i) {
-      for (size_t j = 0; j < span; j += 4)
-        PrefetchPassBlocks(ring[i], layout, nibbles_at, scale_at, j);
-    }
-    for (size_t i = 0; ring[i % (ahead + 1)].quads > 0; ++i) {
-      QuadRows& pass = ring[i % (ahead + 1)];
-      const QuadRows& fetch = ring[(i + ahead) % (ahead + 1)];
-      for (size_t q = 0; q < pass.quads; ++q) {
-        BlockCoefficients(pass.rows + 4 * q, pass.s + 4 * q, scale_at, layout.scale_stride, span,
-                          bhi[q], blo[q], msum + s0);
-      }
-      for (size_t j = 0; j < span; ++j) {
-        if (j % 4 == 0) PrefetchPassBlocks(fetch, layout, nibbles_at, scale_at, j);
-        const size_t at = nibbles_at + layout.nibble_stride * j;
-        int32_t* block = sums + kBlockSums * (s0 + j);
-        switch (pass.quads) {
-          case 1:
-            QuadsBlock<1>(pass, bhi, blo, at, j, block);
-            break;
-          case 2:
-            QuadsBlock<2>(pass, bhi, blo, at, j, block);
-            break;
-          case 3:
-            QuadsBlock<3>(pass, bhi, blo, at, j, block);
-            break;
-          default:
-            QuadsBlock<4>(pass, bhi, blo, at, j, block);
-            break;
-        }
-      }
-      NextQuadRows(rows, count, a, inv_step, &k, &pass);  // pass i + ahead + 1
-    }
-  }
-}
+};
 
 // y for blocks [0, nblocks) from the block form's sums, as FinishQuads:
 // in int64, 256 * hi + lo less 8 times the block's sum of m, times the step
 // in double, rounded to float once.
 HWY_INLINE void FinishBlockQuads(size_t nblocks, const int32_t* sums, const int32_t* msum,
                                  float step, float* y) {
+  const double d = static_cast<double>(step);
   for (size_t j = 0; j < nblocks; ++j) {
     const int32_t* b = sums + kBlockSums * j;
     const int64_t eights = int64_t{8} * msum[j];
@@ -852,7 +815,6 @@ HWY_INLINE void FinishBlockQuads(size_t nblocks, const int32_t* sums, const int3
           const int64_t low = int64_t{256} * b[8 * (4 * p + 0) + lane] + b[8 * (4 * p + 1) + lane];
           const int64_t whole =
               int64_t{256} * b[8 * (4 * p + 2) + lane] + b[8 * (4 * p + 3) + lane];
-          const double d = static_cast<double>(step);
           y[32 * j + i] += static_cast<float>(d * static_cast<double>(low - eights));
           y[32 * j + i + 16] +=
               static_cast<float>(d * static_cast<double>((whole - low) / 16 - eights));
@@ -905,19 +867,25 @@ HWY_INLINE void AxpyIntAddImpl(TensorType type, const uint8_t* const* rows, size
   const bool split = type == TensorType::kQ4_0S;
 #ifdef SPARROW_INT8_VNNI
   if (s.quad_chunks > 0) {
+    const size_t nblocks = kQuadChunkBlocks * s.quad_chunks;
     if (split) {
-      AddQuads<true>(rows, offset, count, row_blocks, b0, s.quad_chunks, a, inv_step, s.hi(sums),
-                     s.lo(sums), s.msum(sums));
+      AddPasses<true>(rows, offset, count, row_blocks, b0, nblocks, a, inv_step, s.msum(sums),
+                      QuadForm<true>{s.hi(sums), s.lo(sums)});
     } else {
-      AddQuads<false>(rows, offset, count, row_blocks, b0, s.quad_chunks, a, inv_step, s.hi(sums),
-                      s.lo(sums), s.msum(sums));
+      AddPasses<false>(rows, offset, count, row_blocks, b0, nblocks, a, inv_step, s.msum(sums),
+                       QuadForm<false>{s.hi(sums), s.lo(sums)});
     }
   }
 #endif
 #ifdef SPARROW_INT8_VNNI_RUNTIME
   if (s.blocks) {
-    AddBlockQuads(rows, offset, split, count, row_blocks, b0, width / 32, a, inv_step, sums,
-                  s.msum(sums));
+    if (split) {
+      AddPasses<true>(rows, offset, count, row_blocks, b0, width / 32, a, inv_step, s.msum(sums),
+                      BlockForm{sums});
+    } else {
+      AddPasses<false>(rows, offset, count, row_blocks, b0, width / 32, a, inv_step, s.msum(sums),
+                       BlockForm{sums});
+    }
   }
 #endif
   const size_t done = s.natural_at();
@@ -944,7 +912,7 @@ HWY_INLINE bool AxpyIntFastImpl() {
   return true;
 #elif defined(SPARROW_INT8_VNNI_RUNTIME)
   // AVX3's AxpyRows (512-bit, Q4_0NibbleTable) kept up with the block form
-  // from DRAM (AddBlockQuads has the figures).
+  // from DRAM (the block form's comment has the figures).
   return HWY_TARGET == HWY_AVX2 && TargetHasVnni();
 #else
   return false;

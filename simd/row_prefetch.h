@@ -44,7 +44,10 @@ inline bool PrefetchIntoL2(size_t rows, size_t ahead) { return rows * ahead > kL
 // and PRFM PLDL2KEEP on Arm; Highway 1.0.3's Prefetch has no such hint) or
 // into L1. Always inlined: as a plain inline function, GCC 12 dropped
 // every call to it from the kernels (objdump found no prefetch left in
-// them, and AxpyRows Q8_0 fell from 19 to 6.5 GB/s).
+// them, and AxpyRows Q8_0 fell from 19 to 6.5 GB/s). Called from a lambda
+// inside a kernel, with or without HWY_ATTR, it was dropped too (the
+// integer sums' AVX2 form read Q4_0S rows at 5.2-5.3 GB/s instead of 7.9):
+// call it from functions.
 HWY_INLINE void PrefetchLine(const uint8_t* p, bool into_l2) {
   if (into_l2) {
     __builtin_prefetch(p, 0, 2);
