@@ -107,7 +107,19 @@ HWY_INLINE size_t PairLayoutIndex(size_t block, size_t i) {
 // `gemv_bench --types q4_0 --shapes 2048x5632,4096x11008
 // [--hide-cpu-extensions]`, three alternated rounds: 49-71% of the 4-stream
 // probe with int16, 83-88% with int8 (README.md has the whole table).
+//
+// AVX2 takes the same activations where the CPU has AVX-VNNI (Alder Lake
+// and later, Zen 5): vpdpbusd's VEX form reaches only 256-bit vectors, so
+// its kernels (SPARROW_Q4_0_INT8_VEX) take one Q4_0 block, or two of a
+// Q4_0S quad, per instruction. With int16 activations DotRows on AVX2 was
+// bound by its arithmetic even on rows from DRAM (README.md has the
+// figures).
 #define SPARROW_Q4_0_INT8 1
+#endif
+#undef SPARROW_Q4_0_INT8_VEX
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2 && (defined(__GNUC__) || defined(__clang__))
+#define SPARROW_Q4_0_INT8 1
+#define SPARROW_Q4_0_INT8_VEX 1  // the 256-bit forms below
 #endif
 // Whether Q4_0 rows take a quad form too (Q4_0InterleavedQuads), in Q4_0S's
 // activation layout: where VBMI's byte permute gathers their nibbles
@@ -128,7 +140,7 @@ inline constexpr bool kQ8_0Int8 = kQ4_0PlainQuads;
 // layout. QuantizeActivationsImpl and Q4_0Rows both ask, so
 // they agree.
 HWY_INLINE bool Q4_0ActivationsAreInt8() {
-#if defined(SPARROW_Q4_0_INT8) && HWY_TARGET == HWY_AVX3
+#if defined(SPARROW_Q4_0_INT8) && (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2)
   return TargetHasVnni();
 #elif defined(SPARROW_Q4_0_INT8)
   return true;
@@ -679,7 +691,35 @@ HWY_INLINE void Q4_0Pair(const Int32Tags& t, V8 bytes_a, V8 bytes_b, V16 xlo,
 }
 #endif
 
-#ifdef SPARROW_Q4_0_INT8
+#ifdef SPARROW_Q4_0_INT8_VEX
+// acc + a . b per 32-bit lane (four unsigned-by-signed byte products each):
+// AVX-VNNI's vpdpbusd (int8_dot-inl.h).
+HWY_INLINE __m256i DotBytesVex(__m256i acc, __m256i a, __m256i b) {
+  using DU8 = hn::CappedTag<uint8_t, 32>;
+  using Dots = VnniByteDotSum<DU8>;
+  return Dots::Add(DU8(), typename Dots::Acc{acc}, hn::Vec<DU8>{a}, hn::Vec<DU8>{b}).raw;
+}
+
+// One Q4_0 block (its 16 nibble bytes at `p`) against its 32 int8
+// activations `x` in natural order, for AVX-VNNI's 256-bit vpdpbusd: the
+// nibble bytes broadcast into both 128-bit halves, `mask` keeps the low
+// nibbles in the low half and the high ones, unshifted (16 times the
+// nibble), in the high half, which line up with elements 0..15 and 16..31.
+// So int32 lanes 4..7 carry 16 times their true products, and the caller
+// multiplies them by 1/16 at the end (exact: a power of two), as
+// Q4_0PairInt8 does. Per block and row: a broadcast load, an AND,
+// vpdpbusd, a conversion and a multiply-add with a broadcast scale.
+template <class VF>
+HWY_INLINE void Q4_0BlockInt8Vex(const uint8_t* HWY_RESTRICT p, __m256i x, __m256i mask,
+                                 const float* HWY_RESTRICT scale, VF& f) {
+  const __m256i w = _mm256_and_si256(
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), mask);
+  const __m256i acc = DotBytesVex(_mm256_setzero_si256(), w, x);
+  f.raw = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_broadcast_ss(scale), f.raw);
+}
+#endif
+
+#if defined(SPARROW_Q4_0_INT8) && !defined(SPARROW_Q4_0_INT8_VEX)
 // Two Q4_0 blocks A, B (B absent: kHasB false) of the row at `p` (A's
 // nibble bytes; B's are 18 bytes on) against int8 activations `x` (64
 // bytes: A's 32 then B's, natural order). The vector holds A's 16 nibble
@@ -753,6 +793,21 @@ HWY_INLINE void Q4_0RowsForm(const uint8_t* const* HWY_RESTRICT rows, size_t nbl
     static_assert(!(kInt8 && kSplit), "Q4_0S's int8 form is Q4_0SplitQuads");
     if constexpr (kInt8) {
       const int8_t* x8 = reinterpret_cast<const int8_t*>(xq);
+#ifdef SPARROW_Q4_0_INT8_VEX
+      const __m256i mask =
+          _mm256_setr_epi64x(0x0F0F0F0F0F0F0F0FLL, 0x0F0F0F0F0F0F0F0FLL,
+                             int64_t(0xF0F0F0F0F0F0F0F0ull), int64_t(0xF0F0F0F0F0F0F0F0ull));
+      for (size_t b = 0; b < count; ++b) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x8 + (g0 + b) * 32));
+        const size_t a = layout.nibbles_at + (g0 + b) * next;
+        pf.Upto(a);
+        Q4_0BlockInt8Vex(rows[0] + a, xv, mask, scales[0] + b, f0);
+        if constexpr (kRows > 1) Q4_0BlockInt8Vex(rows[1] + a, xv, mask, scales[1 % kRows] + b, f1);
+        if constexpr (kRows > 2) Q4_0BlockInt8Vex(rows[2] + a, xv, mask, scales[2 % kRows] + b, f2);
+        if constexpr (kRows > 3) Q4_0BlockInt8Vex(rows[3] + a, xv, mask, scales[3 % kRows] + b, f3);
+      }
+      continue;
+#else
       const __m512i mask = _mm512_set_epi64(
           int64_t(0xF0F0F0F0F0F0F0F0ull), int64_t(0xF0F0F0F0F0F0F0F0ull), 0x0F0F0F0F0F0F0F0FLL,
           0x0F0F0F0F0F0F0F0FLL, int64_t(0xF0F0F0F0F0F0F0F0ull), int64_t(0xF0F0F0F0F0F0F0F0ull),
@@ -773,6 +828,7 @@ HWY_INLINE void Q4_0RowsForm(const uint8_t* const* HWY_RESTRICT rows, size_t nbl
       for (; b + 2 <= count; b += 2) pair(b, std::true_type());
       if (b < count) pair(b, std::false_type());
       continue;
+#endif
     }
 #endif
 #if HWY_TARGET != HWY_SCALAR
@@ -834,6 +890,14 @@ HWY_INLINE void Q4_0RowsForm(const uint8_t* const* HWY_RESTRICT rows, size_t nbl
   }
 #ifdef SPARROW_Q4_0_INT8
   if constexpr (kInt8) {
+#ifdef SPARROW_Q4_0_INT8_VEX
+    // Lanes 4..7 hold 16 times their sums (Q4_0BlockInt8Vex).
+    const __m256 sixteenth = _mm256_blend_ps(_mm256_set1_ps(1.0f), _mm256_set1_ps(0.0625f), 0xF0);
+    f0.raw = _mm256_mul_ps(f0.raw, sixteenth);
+    if constexpr (kRows > 1) f1.raw = _mm256_mul_ps(f1.raw, sixteenth);
+    if constexpr (kRows > 2) f2.raw = _mm256_mul_ps(f2.raw, sixteenth);
+    if constexpr (kRows > 3) f3.raw = _mm256_mul_ps(f3.raw, sixteenth);
+#else
     // Lanes 4..7 and 12..15 hold 16 times their sums (Q4_0PairInt8).
     const __m512 sixteenth = _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(1.0f),
                                                   _mm512_set1_ps(0.0625f));
@@ -841,6 +905,7 @@ HWY_INLINE void Q4_0RowsForm(const uint8_t* const* HWY_RESTRICT rows, size_t nbl
     if constexpr (kRows > 1) f1.raw = _mm512_mul_ps(f1.raw, sixteenth);
     if constexpr (kRows > 2) f2.raw = _mm512_mul_ps(f2.raw, sixteenth);
     if constexpr (kRows > 3) f3.raw = _mm512_mul_ps(f3.raw, sixteenth);
+#endif
   }
 #endif
   y[0] = ReduceSum(t.df, f0) - 8.0f * ReduceSum(dfull, o0);
@@ -849,7 +914,7 @@ HWY_INLINE void Q4_0RowsForm(const uint8_t* const* HWY_RESTRICT rows, size_t nbl
   if constexpr (kRows > 3) y[3 * y_stride] = ReduceSum(t.df, f3) - 8.0f * ReduceSum(dfull, o3);
 }
 
-#ifdef SPARROW_Q4_0_INT8
+#if defined(SPARROW_Q4_0_INT8) && !defined(SPARROW_Q4_0_INT8_VEX)
 // y[r * y_stride] = the sum of t[r]'s sixteen lanes for r < kRows (at most
 // 4), the four sums together: each row's halves added, then two levels of
 // vhaddps and one add (about fifteen operations) where one reduction per
@@ -940,6 +1005,79 @@ HWY_INLINE void Q4_0SplitQuads(const uint8_t* const* HWY_RESTRICT rows, size_t n
   __m512 t[kRows];  // each row's lanes less 8 times its offsets, summed at once
   for (size_t r = 0; r < kRows; ++r) t[r] = _mm512_fnmadd_ps(_mm512_set1_ps(8.0f), o[r].raw, f[r]);
   StoreLaneSums<kRows>(t, y, y_stride);
+}
+#endif
+
+#ifdef SPARROW_Q4_0_INT8_VEX
+// Nibble bytes of `blocks` (1 or 2) consecutive Q4_0S blocks at `p`, the
+// second block's slot zero when there is only one; nothing past them is
+// read.
+HWY_INLINE __m256i LoadNibblePair(const uint8_t* HWY_RESTRICT p, size_t blocks) {
+  if (blocks >= 2) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm256_maskload_epi32(reinterpret_cast<const int*>(p),
+                               _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0));
+}
+
+// Q4_0SplitQuads for AVX-VNNI's 256-bit vpdpbusd: the same int8
+// activations in the quad layout, whose 32-byte halves hold what two
+// blocks' low nibbles (A, B or C, D) multiply and, 64 bytes on, their high
+// ones. Per pair of blocks and row: a 32-byte load of nibbles, three logic
+// ops, two vpdpbusd (int32 lanes 0..3 then hold block A's sum, 4..7 B's),
+// a conversion, a permute that repeats each block's scale four times and a
+// multiply-add. Each row is read front to back, as the 512-bit form reads
+// it.
+template <size_t kRows, class Pf>
+HWY_INLINE void Q4_0SplitQuadsVex(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
+                                  const int8_t* HWY_RESTRICT xq, const float* HWY_RESTRICT sx,
+                                  const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
+                                  size_t y_stride, Pf& pf) {
+  const hn::ScalableTag<float> dfull;  // 8 lanes here
+  constexpr size_t G = 8;
+  const size_t nib = 2 * nblocks;  // the nibbles start after the scales
+  __m256 f[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                 _mm256_setzero_ps()};
+  auto o0 = hn::Zero(dfull), o1 = hn::Zero(dfull), o2 = hn::Zero(dfull), o3 = hn::Zero(dfull);
+  HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
+  SplitGroupScales<kRows>(dfull, rows, nblocks, 0, sx, sums, sw[0], o0, o1, o2, o3);
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  const __m256i pair_of_lane = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+  // Blocks [q, q + n) of the group (n = 1 or 2) of every row, at byte `at`
+  // of the rows, against the activations xlo and xhi.
+  const auto pair = [&](size_t q, size_t n, __m256i xlo, __m256i xhi,
+                        const float(*scales)[kMaxFloatLanes], size_t at) HWY_ATTR {
+    const __m256i idx = _mm256_add_epi32(pair_of_lane, _mm256_set1_epi32(static_cast<int>(q)));
+    for (size_t r = 0; r < kRows; ++r) {
+      const __m256i w = LoadNibblePair(rows[r] + at, n);
+      const __m256i lo = _mm256_and_si256(w, low);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
+      const __m256i acc = DotBytesVex(DotBytesVex(_mm256_setzero_si256(), lo, xlo), hi, xhi);
+      const __m256 scale = _mm256_permutevar8x32_ps(_mm256_load_ps(scales[r]), idx);
+      f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), scale, f[r]);
+    }
+  };
+  size_t cur = 0;
+  for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
+    if (g0 + G < nblocks) {
+      SplitGroupScales<kRows>(dfull, rows, nblocks, g0 + G, sx, sums, sw[cur ^ 1], o0, o1, o2, o3);
+    }
+    const size_t count = std::min(G, nblocks - g0);
+    for (size_t q = 0; q < count; q += 4) {
+      const size_t blocks = std::min<size_t>(4, count - q);
+      const size_t at = nib + (g0 + q) * 16;
+      pf.Upto(at);
+      const int8_t* xb = xq + (g0 + q) * 32;  // the quad's 128 bytes
+      const auto x32 = [&](size_t i) HWY_ATTR {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32 * i));
+      };
+      pair(q, std::min<size_t>(2, blocks), x32(0), x32(2), sw[cur], at);
+      if (blocks > 2) pair(q + 2, blocks - 2, x32(1), x32(3), sw[cur], at + 32);
+    }
+  }
+  const hn::Vec<decltype(dfull)> o[4] = {o0, o1, o2, o3};
+  for (size_t r = 0; r < kRows; ++r) {
+    y[r * y_stride] =
+        ReduceSum(dfull, hn::NegMulAdd(hn::Set(dfull, 8.0f), o[r], hn::Vec<decltype(dfull)>{f[r]}));
+  }
 }
 #endif
 
@@ -1106,8 +1244,13 @@ HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
 #ifdef SPARROW_Q4_0_INT8
   if (Q4_0ActivationsAreInt8()) {
     if constexpr (kSplit) {
+#ifdef SPARROW_Q4_0_INT8_VEX
+      return Q4_0SplitQuadsVex<kRows>(rows, nblocks, reinterpret_cast<const int8_t*>(xq), sx, sums,
+                                      y, y_stride, pf);
+#else
       return Q4_0SplitQuads<kRows>(rows, nblocks, reinterpret_cast<const int8_t*>(xq), sx, sums,
                                    y, y_stride, pf);
+#endif
     } else {
 #if HWY_TARGET == HWY_AVX3_DL
       // (No activation sums: the offset is summed exactly in int32.)
@@ -1119,7 +1262,7 @@ HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
     }
   }
 #endif
-#if !defined(SPARROW_Q4_0_INT8) || HWY_TARGET == HWY_AVX3
+#if !defined(SPARROW_Q4_0_INT8) || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
   // (Not on AVX3_DL, whose CPUs all have VNNI: no int16 form compiled.)
   Q4_0RowsForm<kRows, false, kSplit>(rows, nblocks, xq, sx, sums, y, y_stride, pf);
 #endif

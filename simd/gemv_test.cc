@@ -268,13 +268,16 @@ TEST_CASE("Gemv results do not depend on the prefetch policy, every float type a
 }
 
 // The int8 form is chosen where vpdpbusd runs: always on AVX3_DL, whose
-// runtime check requires AVX-512 VNNI, and on AVX3 when the CPU reports it.
+// runtime check requires AVX-512 VNNI, on AVX3 when the CPU reports it, and
+// on AVX2 when the CPU reports AVX-VNNI (the VEX form).
 TEST_CASE("Q4_0 and Q8_0 activations are int8 exactly where the target and CPU have them") {
   ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
     CAPTURE(target.name);
     CAPTURE(hidden);
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-    const bool int8 = target.name == "AVX3_DL" || (target.name == "AVX3" && CpuHasX86Vnni(true));
+    const bool int8 = target.name == "AVX3_DL" ||
+                      (target.name == "AVX3" && CpuHasX86Vnni(/*evex=*/true)) ||
+                      (target.name == "AVX2" && CpuHasX86Vnni(/*evex=*/false));
 #else
     const bool int8 = false;
 #endif

@@ -296,10 +296,14 @@ int InfoCommand(int argc, char** argv) {
     std::printf("  Q4_0/Q4_K/Q8_0 kernels: plain rows, 16-bit activations\n");
   }
   // A bundle's cached units are gathered one record at a time, never packed.
-  std::printf("  Q4_0/Q4_0S bundle records: per-row kernels, %s\n",
-              simd::GemvActivationMax(TensorType::kQ4_0) == simd::kInt8ActivationMax
-                  ? "8-bit activations, vpdpbusd (AVX-512 VNNI); Q4_0S four blocks per load"
-                  : "16-bit activations");
+  // Their 8-bit form runs only on vpdpbusd (AVX-512 VNNI or AVX-VNNI), the
+  // form the packed kernels name.
+  if (simd::GemvActivationMax(TensorType::kQ4_0) == simd::kInt8ActivationMax) {
+    std::printf("  Q4_0/Q4_0S bundle records: per-row kernels, 8-bit activations, %s\n",
+                simd::PackedGemvDotForm());
+  } else {
+    std::printf("  Q4_0/Q4_0S bundle records: per-row kernels, 16-bit activations\n");
+  }
   std::printf(
       "  Q6_K kernels: plain rows, %s activations\n",
       simd::GemvActivationMax(TensorType::kQ6_K) == simd::kInt8ActivationMax ? "8-bit" : "16-bit");
