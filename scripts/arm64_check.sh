@@ -354,7 +354,7 @@ for entry in "${greedy[@]}"; do
 done
 run_side_by_side "${greedy_jobs[@]}"
 
-stage "Packed models (Q4_0, Q4_K, Q8_0) and Q6_K: perplexity with each CPU's 8-bit dot product"
+stage "Packed models (Q4_0, Q4_K, Q8_0), Q6_K and Q4_0S/Q4_0 bundles: perplexity with each CPU's 8-bit dot product"
 # Small synthetic Q4_0, Q4_K, Q8_0 and Q6_K models (made under qemu on $plain_cpu and
 # measured with the scalar reference kernels there, or natively by
 # ARM64_HOST_SPARROW: the reference is plain scalar code on either, and
@@ -362,15 +362,23 @@ stage "Packed models (Q4_0, Q4_K, Q8_0) and Q6_K: perplexity with each CPU's 8-b
 # packed rows (Q6_K: plain rows, 8-bit activations) with sdot where the CPU
 # has it, the 16-bit kernels elsewhere
 # -- must give the reference perplexity within 1e-3 relative, the bound the
-# x86 end-to-end test uses.
+# x86 end-to-end test uses. The Q4_0 model converted into neuron bundles
+# with Q4_0S and Q4_0 records does the same for the gather kernels (their
+# dot products take 8-bit activations with sdot, 16-bit ones elsewhere).
 head -c 20000 "$shared/corpora/tinystories_val_excerpt.txt" >"$work/ppl.txt"
 ppl() {  # ppl CPU MODEL KERNELS -> the perplexity, or nothing
   timeout 900 qemu-aarch64 -cpu "$1" "$sparrow" perplexity -m "$2" -f "$work/ppl.txt" \
     -c 128 --chunks 2 --kernels "$3" 2>/dev/null | tail -n 1 | awk '{print $3}'
 }
+model_of() {  # a type's model: a synthetic GGUF, or (TYPE-bundle) a bundle of the Q4_0 one
+  case $1 in
+    *-bundle) echo "$work/$1.sparrow" ;;
+    *) echo "$work/synth-$1.gguf" ;;
+  esac
+}
 run_4bit() {
   local name=$1 cpu=$2 type=$3 ref=$4 got
-  got=$(ppl "$cpu" "$work/synth-$type.gguf" fast)
+  got=$(ppl "$cpu" "$(model_of "$type")" fast)
   if [ -n "$got" ] && awk -v a="$got" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-3 * b) }'; then
     ok "$type perplexity on $name: $got (reference $ref)"
   else
@@ -379,18 +387,25 @@ run_4bit() {
 }
 # Each type's model and reference perplexity, the three side by side.
 reference_4bit() {
-  local type=$1 ref
-  if ! qemu-aarch64 -cpu "$plain_cpu" "$sparrow" synth -o "$work/synth-$type.gguf" --dim 256 \
+  local type=$1 ref model
+  model=$(model_of "$type")
+  if [[ $type == *-bundle ]]; then
+    if ! qemu-aarch64 -cpu "$plain_cpu" "$sparrow" convert -m "$work/synth-q4_0.gguf" \
+         -o "$model" --type "${type%-bundle}" --layout neuron 2>"$work/$type.err" >/dev/null; then
+      bad "convert --type ${type%-bundle}: $(tail -n 1 "$work/$type.err")"
+      return
+    fi
+  elif ! qemu-aarch64 -cpu "$plain_cpu" "$sparrow" synth -o "$model" --dim 256 \
        --ffn 512 --layers 2 --heads 4 --kv-heads 2 --vocab 1000 --type "$type" --seed 5 \
        2>"$work/synth-$type.err"; then
     bad "synth --type $type: $(tail -n 1 "$work/synth-$type.err")"
     return
   fi
   if [ -n "$host_sparrow" ]; then
-    ref=$(timeout 900 "$host_sparrow" perplexity -m "$work/synth-$type.gguf" -f "$work/ppl.txt" \
+    ref=$(timeout 900 "$host_sparrow" perplexity -m "$model" -f "$work/ppl.txt" \
       -c 128 --chunks 2 --kernels reference 2>/dev/null | tail -n 1 | awk '{print $3}')
   else
-    ref=$(ppl "$plain_cpu" "$work/synth-$type.gguf" reference)
+    ref=$(ppl "$plain_cpu" "$model" reference)
   fi
   if [ -n "$ref" ]; then
     echo "$ref" >"$work/ref-$type"
@@ -403,6 +418,13 @@ fourbit=(q4_0 q4_K q8_0 q6_K)
 reference_jobs=()
 for type in "${fourbit[@]}"; do reference_jobs+=("reference_4bit $type"); done
 run_side_by_side "${reference_jobs[@]}"
+bundles=(q4_0s-bundle q4_0-bundle)  # converted from the Q4_0 model, once it is there
+reference_jobs=()
+for type in "${bundles[@]}"; do reference_jobs+=("reference_4bit $type"); done
+if [ -f "$work/ref-q4_0" ]; then
+  run_side_by_side "${reference_jobs[@]}"
+  fourbit+=("${bundles[@]}")
+fi
 fourbit_jobs=()
 for type in "${fourbit[@]}"; do
   [ -f "$work/ref-$type" ] || continue  # failed above

@@ -107,19 +107,19 @@ HWY_INLINE size_t PairLayoutIndex(size_t block, size_t i) {
 // `gemv_bench --types q4_0 --shapes 2048x5632,4096x11008
 // [--hide-cpu-extensions]`, three alternated rounds: 49-71% of the 4-stream
 // probe with int16, 83-88% with int8 (README.md has the whole table).
-//
-// AVX2 takes the same activations where the CPU has AVX-VNNI (Alder Lake
-// and later, Zen 5): vpdpbusd's VEX form reaches only 256-bit vectors, so
-// its kernels (SPARROW_Q4_0_INT8_VEX) take one Q4_0 block, or two of a
-// Q4_0S quad, per instruction. With int16 activations DotRows on AVX2 was
-// bound by its arithmetic even on rows from DRAM (README.md has the
-// figures).
 #define SPARROW_Q4_0_INT8 1
 #endif
-#undef SPARROW_Q4_0_INT8_VEX
-#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2 && (defined(__GNUC__) || defined(__clang__))
-#define SPARROW_Q4_0_INT8 1
-#define SPARROW_Q4_0_INT8_VEX 1  // the 256-bit forms below
+// AVX2, NEON with the dot-product extension and SVE take int8 activations
+// too, in one Highway kernel over the byte dot forms of int8_dot-inl.h
+// (Q4_0QuadsInt8): vpdpbusd where an AVX2 CPU has AVX-VNNI (Alder Lake and
+// later, Zen 5), else pmaddubsw + pmaddwd; `sdot` on Arm. With int16
+// activations DotRows on AVX2 was bound by its arithmetic even on rows from
+// DRAM (README.md has the figures); on Arm the 8-bit form takes about half
+// the instructions per block.
+#undef SPARROW_Q4_0_INT8_QUADS
+#if (HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2 && (defined(__GNUC__) || defined(__clang__))) || \
+    defined(SPARROW_INT8_SDOT_NEON) || defined(SPARROW_INT8_SDOT_SVE)
+#define SPARROW_Q4_0_INT8_QUADS 1
 #endif
 // Whether Q4_0 rows take a quad form too (Q4_0InterleavedQuads), in Q4_0S's
 // activation layout: where VBMI's byte permute gathers their nibbles
@@ -133,17 +133,29 @@ inline constexpr bool kQ4_0PlainQuads = false;
 // Whether Q8_0 rows take int8 activations (Q8_0InterleavedPairs), on the
 // same targets and for the same reason.
 inline constexpr bool kQ8_0Int8 = kQ4_0PlainQuads;
+// Whether plain Q4_0's int8 activations are in the quad layout, as Q4_0S's
+// (QuadLayoutIndex): for the quad forms.
+#ifdef SPARROW_Q4_0_INT8_QUADS
+inline constexpr bool kQ4_0QuadActivations = true;
+#else
+inline constexpr bool kQ4_0QuadActivations = kQ4_0PlainQuads;
+#endif
 
 // The activations Q4_0Rows takes on this target and CPU: int8
-// (SPARROW_Q4_0_INT8, largest magnitude to +-127; natural order for Q4_0's
-// pair form, the quad layout for the quad forms) or int16 in the pair
-// layout. QuantizeActivationsImpl and Q4_0Rows both ask, so
-// they agree.
+// (SPARROW_Q4_0_INT8 and SPARROW_Q4_0_INT8_QUADS, largest magnitude to
+// +-127; natural order for Q4_0's pair form, the quad layout for the quad
+// forms) or int16 in the pair layout. QuantizeActivationsImpl and Q4_0Rows
+// both ask, so they agree.
 HWY_INLINE bool Q4_0ActivationsAreInt8() {
-#if defined(SPARROW_Q4_0_INT8) && (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2)
+#if defined(SPARROW_Q4_0_INT8) && HWY_TARGET == HWY_AVX3
   return TargetHasVnni();
-#elif defined(SPARROW_Q4_0_INT8)
+#elif defined(SPARROW_Q4_0_INT8) || defined(SPARROW_INT8_SDOT_SVE) || \
+    (HWY_TARGET == HWY_AVX2 && defined(SPARROW_Q4_0_INT8_QUADS))
   return true;
+#elif defined(SPARROW_INT8_SDOT_NEON)
+  // Without `sdot`, int16: NEON has no other byte dot product, and emulating
+  // one would take more instructions than the int16 form.
+  return CpuHasArmDotProd();
 #else
   return false;
 #endif
@@ -181,12 +193,12 @@ HWY_INLINE void QuantizeActivationsImpl(const float* HWY_RESTRICT x, size_t n, b
                                         float* HWY_RESTRICT scales, float* HWY_RESTRICT sums,
                                         float* HWY_RESTRICT group_sums,
                                         float* HWY_RESTRICT group_scales) {
-#ifdef SPARROW_Q4_0_INT8
-  // int8 in q's bytes: in the quad layout for Q4_0S and, where it takes the
-  // quad form (kQ4_0PlainQuads), Q4_0; else in natural order.
+#if defined(SPARROW_Q4_0_INT8) || defined(SPARROW_Q4_0_INT8_QUADS)
+  // int8 in q's bytes: in the quad layout for Q4_0S and, where it takes a
+  // quad form (kQ4_0QuadActivations), Q4_0; else in natural order.
   if (pair_layout && Q4_0ActivationsAreInt8()) {
     QuantizeInt8Impl(x, n, reinterpret_cast<int8_t*>(q), scales, sums);
-    if (split_quads || kQ4_0PlainQuads) ToQuadLayout(reinterpret_cast<int8_t*>(q), n / 32);
+    if (split_quads || kQ4_0QuadActivations) ToQuadLayout(reinterpret_cast<int8_t*>(q), n / 32);
     return;
   }
 #endif
@@ -691,35 +703,7 @@ HWY_INLINE void Q4_0Pair(const Int32Tags& t, V8 bytes_a, V8 bytes_b, V16 xlo,
 }
 #endif
 
-#ifdef SPARROW_Q4_0_INT8_VEX
-// acc + a . b per 32-bit lane (four unsigned-by-signed byte products each):
-// AVX-VNNI's vpdpbusd (int8_dot-inl.h).
-HWY_INLINE __m256i DotBytesVex(__m256i acc, __m256i a, __m256i b) {
-  using DU8 = hn::CappedTag<uint8_t, 32>;
-  using Dots = VnniByteDotSum<DU8>;
-  return Dots::Add(DU8(), typename Dots::Acc{acc}, hn::Vec<DU8>{a}, hn::Vec<DU8>{b}).raw;
-}
-
-// One Q4_0 block (its 16 nibble bytes at `p`) against its 32 int8
-// activations `x` in natural order, for AVX-VNNI's 256-bit vpdpbusd: the
-// nibble bytes broadcast into both 128-bit halves, `mask` keeps the low
-// nibbles in the low half and the high ones, unshifted (16 times the
-// nibble), in the high half, which line up with elements 0..15 and 16..31.
-// So int32 lanes 4..7 carry 16 times their true products, and the caller
-// multiplies them by 1/16 at the end (exact: a power of two), as
-// Q4_0PairInt8 does. Per block and row: a broadcast load, an AND,
-// vpdpbusd, a conversion and a multiply-add with a broadcast scale.
-template <class VF>
-HWY_INLINE void Q4_0BlockInt8Vex(const uint8_t* HWY_RESTRICT p, __m256i x, __m256i mask,
-                                 const float* HWY_RESTRICT scale, VF& f) {
-  const __m256i w = _mm256_and_si256(
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), mask);
-  const __m256i acc = DotBytesVex(_mm256_setzero_si256(), w, x);
-  f.raw = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_broadcast_ss(scale), f.raw);
-}
-#endif
-
-#if defined(SPARROW_Q4_0_INT8) && !defined(SPARROW_Q4_0_INT8_VEX)
+#ifdef SPARROW_Q4_0_INT8
 // Two Q4_0 blocks A, B (B absent: kHasB false) of the row at `p` (A's
 // nibble bytes; B's are 18 bytes on) against int8 activations `x` (64
 // bytes: A's 32 then B's, natural order). The vector holds A's 16 nibble
@@ -793,21 +777,6 @@ HWY_INLINE void Q4_0RowsForm(const uint8_t* const* HWY_RESTRICT rows, size_t nbl
     static_assert(!(kInt8 && kSplit), "Q4_0S's int8 form is Q4_0SplitQuads");
     if constexpr (kInt8) {
       const int8_t* x8 = reinterpret_cast<const int8_t*>(xq);
-#ifdef SPARROW_Q4_0_INT8_VEX
-      const __m256i mask =
-          _mm256_setr_epi64x(0x0F0F0F0F0F0F0F0FLL, 0x0F0F0F0F0F0F0F0FLL,
-                             int64_t(0xF0F0F0F0F0F0F0F0ull), int64_t(0xF0F0F0F0F0F0F0F0ull));
-      for (size_t b = 0; b < count; ++b) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x8 + (g0 + b) * 32));
-        const size_t a = layout.nibbles_at + (g0 + b) * next;
-        pf.Upto(a);
-        Q4_0BlockInt8Vex(rows[0] + a, xv, mask, scales[0] + b, f0);
-        if constexpr (kRows > 1) Q4_0BlockInt8Vex(rows[1] + a, xv, mask, scales[1 % kRows] + b, f1);
-        if constexpr (kRows > 2) Q4_0BlockInt8Vex(rows[2] + a, xv, mask, scales[2 % kRows] + b, f2);
-        if constexpr (kRows > 3) Q4_0BlockInt8Vex(rows[3] + a, xv, mask, scales[3 % kRows] + b, f3);
-      }
-      continue;
-#else
       const __m512i mask = _mm512_set_epi64(
           int64_t(0xF0F0F0F0F0F0F0F0ull), int64_t(0xF0F0F0F0F0F0F0F0ull), 0x0F0F0F0F0F0F0F0FLL,
           0x0F0F0F0F0F0F0F0FLL, int64_t(0xF0F0F0F0F0F0F0F0ull), int64_t(0xF0F0F0F0F0F0F0F0ull),
@@ -828,7 +797,6 @@ HWY_INLINE void Q4_0RowsForm(const uint8_t* const* HWY_RESTRICT rows, size_t nbl
       for (; b + 2 <= count; b += 2) pair(b, std::true_type());
       if (b < count) pair(b, std::false_type());
       continue;
-#endif
     }
 #endif
 #if HWY_TARGET != HWY_SCALAR
@@ -890,14 +858,6 @@ HWY_INLINE void Q4_0RowsForm(const uint8_t* const* HWY_RESTRICT rows, size_t nbl
   }
 #ifdef SPARROW_Q4_0_INT8
   if constexpr (kInt8) {
-#ifdef SPARROW_Q4_0_INT8_VEX
-    // Lanes 4..7 hold 16 times their sums (Q4_0BlockInt8Vex).
-    const __m256 sixteenth = _mm256_blend_ps(_mm256_set1_ps(1.0f), _mm256_set1_ps(0.0625f), 0xF0);
-    f0.raw = _mm256_mul_ps(f0.raw, sixteenth);
-    if constexpr (kRows > 1) f1.raw = _mm256_mul_ps(f1.raw, sixteenth);
-    if constexpr (kRows > 2) f2.raw = _mm256_mul_ps(f2.raw, sixteenth);
-    if constexpr (kRows > 3) f3.raw = _mm256_mul_ps(f3.raw, sixteenth);
-#else
     // Lanes 4..7 and 12..15 hold 16 times their sums (Q4_0PairInt8).
     const __m512 sixteenth = _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(1.0f),
                                                   _mm512_set1_ps(0.0625f));
@@ -905,7 +865,6 @@ HWY_INLINE void Q4_0RowsForm(const uint8_t* const* HWY_RESTRICT rows, size_t nbl
     if constexpr (kRows > 1) f1.raw = _mm512_mul_ps(f1.raw, sixteenth);
     if constexpr (kRows > 2) f2.raw = _mm512_mul_ps(f2.raw, sixteenth);
     if constexpr (kRows > 3) f3.raw = _mm512_mul_ps(f3.raw, sixteenth);
-#endif
   }
 #endif
   y[0] = ReduceSum(t.df, f0) - 8.0f * ReduceSum(dfull, o0);
@@ -914,7 +873,7 @@ HWY_INLINE void Q4_0RowsForm(const uint8_t* const* HWY_RESTRICT rows, size_t nbl
   if constexpr (kRows > 3) y[3 * y_stride] = ReduceSum(t.df, f3) - 8.0f * ReduceSum(dfull, o3);
 }
 
-#if defined(SPARROW_Q4_0_INT8) && !defined(SPARROW_Q4_0_INT8_VEX)
+#ifdef SPARROW_Q4_0_INT8
 // y[r * y_stride] = the sum of t[r]'s sixteen lanes for r < kRows (at most
 // 4), the four sums together: each row's halves added, then two levels of
 // vhaddps and one add (about fifteen operations) where one reduction per
@@ -1008,76 +967,136 @@ HWY_INLINE void Q4_0SplitQuads(const uint8_t* const* HWY_RESTRICT rows, size_t n
 }
 #endif
 
-#ifdef SPARROW_Q4_0_INT8_VEX
-// Nibble bytes of `blocks` (1 or 2) consecutive Q4_0S blocks at `p`, the
-// second block's slot zero when there is only one; nothing past them is
-// read.
-HWY_INLINE __m256i LoadNibblePair(const uint8_t* HWY_RESTRICT p, size_t blocks) {
-  if (blocks >= 2) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm256_maskload_epi32(reinterpret_cast<const int*>(p),
-                               _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0));
+#ifdef SPARROW_Q4_0_INT8_QUADS
+// The bytes of one step of Q4_0QuadsInt8: 256-bit vectors on AVX2, 128-bit
+// on Arm (SVE too: capped, so that the same quad layout serves every
+// vector length; most of its phone cores are 128-bit anyway).
+using QuadStepBytes = hn::CappedTag<uint8_t, HWY_ARCH_X86 ? 32 : 16>;
+// Blocks a step takes: one vector of their nibble bytes (16 each).
+inline constexpr size_t kQuadStepBlocks = hn::MaxLanes(QuadStepBytes()) / 16;
+static_assert(kQuadStepBlocks == 1 || kQuadStepBlocks == 2);
+
+// The nibble bytes of the step's `n` blocks (n <= kQuadStepBlocks) from
+// `block` on, a missing block's zero; nothing past them is read. Q4_0S
+// rows hold them together, Q4_0 rows 18 bytes apart.
+template <bool kSplit, class DU8>
+HWY_INLINE hn::Vec<DU8> StepNibbles(DU8 du8, const uint8_t* HWY_RESTRICT row,
+                                    const Q4_0Layout& layout, size_t block, size_t n) {
+  const uint8_t* p = layout.Nibbles(row, block);
+  if constexpr (kQuadStepBlocks == 1) {
+    (void)n;
+    return hn::LoadU(du8, p);
+  } else {
+    const hn::Half<DU8> dh;
+    if constexpr (kSplit) {
+      if (n == kQuadStepBlocks) return hn::LoadU(du8, p);
+      return hn::ZeroExtendVector(du8, hn::LoadU(dh, p));
+    } else {
+      const auto first = hn::LoadU(dh, p);
+      return hn::Combine(
+          du8, n == kQuadStepBlocks ? hn::LoadU(dh, p + layout.nibble_stride) : hn::Zero(dh),
+          first);
+    }
+  }
 }
 
-// Q4_0SplitQuads for AVX-VNNI's 256-bit vpdpbusd: the same int8
-// activations in the quad layout, whose 32-byte halves hold what two
-// blocks' low nibbles (A, B or C, D) multiply and, 64 bytes on, their high
-// ones. Per pair of blocks and row: a 32-byte load of nibbles, three logic
-// ops, two vpdpbusd (int32 lanes 0..3 then hold block A's sum, 4..7 B's),
-// a conversion, a permute that repeats each block's scale four times and a
-// multiply-add. Each row is read front to back, as the 512-bit form reads
-// it.
-template <size_t kRows, class Pf>
-HWY_INLINE void Q4_0SplitQuadsVex(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
-                                  const int8_t* HWY_RESTRICT xq, const float* HWY_RESTRICT sx,
-                                  const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
-                                  size_t y_stride, Pf& pf) {
-  const hn::ScalableTag<float> dfull;  // 8 lanes here
-  constexpr size_t G = 8;
-  const size_t nib = 2 * nblocks;  // the nibbles start after the scales
-  __m256 f[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                 _mm256_setzero_ps()};
+// The scales of the step's blocks b.. of the group (`scales`, zero past
+// its last block: ApplyInputScales), each repeated for the four int32 lanes
+// that hold its sums (one permute).
+template <class DF>
+HWY_INLINE hn::Vec<DF> StepScales(DF df, const float* HWY_RESTRICT scales, size_t b) {
+  if constexpr (kQuadStepBlocks == 1) {
+    return hn::Set(df, scales[b]);
+  } else {
+    const hn::RebindToSigned<DF> di32;
+    const auto block_of_lane = hn::ShiftRight<2>(hn::Iota(di32, 0));
+    return hn::TableLookupLanes(
+        hn::LoadU(df, scales),
+        hn::IndicesFromVec(df, hn::Add(block_of_lane, hn::Set(di32, static_cast<int32_t>(b)))));
+  }
+}
+
+// One row's part of a step of Q4_0QuadsInt8 (below): f += the products of
+// the `n` blocks from `block` on with the activations xlo, xhi, times their
+// scales (`scales` from block b of the group on).
+template <bool kSplit, class Dots, class DU8, class VF>
+HWY_INLINE void Q4_0QuadStepRow(DU8 du8, const uint8_t* HWY_RESTRICT row, const Q4_0Layout& layout,
+                                size_t block, size_t n, hn::Vec<DU8> xlo, hn::Vec<DU8> xhi,
+                                const float* HWY_RESTRICT scales, size_t b, VF& f) {
+  const hn::Repartition<uint16_t, DU8> du16;
+  const hn::Repartition<float, DU8> df;
+  const auto low = hn::Set(du8, uint8_t{0x0F});
+  const auto w = StepNibbles<kSplit>(du8, row, layout, block, n);
+  const auto lo = hn::And(w, low);
+  const auto hi = hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, w))), low);
+  const auto acc = Dots::Add(du8, Dots::Add(du8, Dots::Zero(), lo, xlo), hi, xhi);
+  f = hn::MulAdd(hn::ConvertTo(df, Dots::Total(acc)), StepScales(df, scales, b), f);
+}
+
+// Q4_0S (kSplit) or Q4_0 rows against int8 activations in the quad layout
+// (QuadLayoutIndex), in the byte dot form Dots (int8_dot-inl.h): each step
+// takes kQuadStepBlocks blocks, whose low nibbles (AND) multiply the
+// activations of their first 16 elements, which the quad layout holds
+// together, and whose high ones (shift, AND) those 64 bytes on, so that
+// int32 lanes 4j..4j+3 hold block j's sum. Per step and row: one load of
+// nibbles (two for Q4_0 on AVX2), three logic ops, two byte dot products
+// (vpdpbusd or `sdot`: one instruction each; pmaddubsw: two, and an add
+// for both), a conversion and a multiply-add by the blocks' scales. The
+// 512-bit forms (Q4_0SplitQuads, Q4_0InterleavedQuads) do the same four
+// blocks a step with AVX-512's permutes. Rows are read front to back.
+template <size_t kRows, bool kSplit, class Dots, class Pf>
+HWY_INLINE void Q4_0QuadsInt8(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
+                              const int8_t* HWY_RESTRICT xq, const float* HWY_RESTRICT sx,
+                              const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
+                              size_t y_stride, Pf& pf) {
+  constexpr size_t S = kQuadStepBlocks;
+  const QuadStepBytes du8;
+  const hn::Repartition<float, decltype(du8)> df;  // four lanes per block of a step
+  const hn::ScalableTag<float> dfull;              // a group of scales
+  // A multiple of four, so that groups start at quads and steps never
+  // straddle groups.
+  const size_t G = hn::Lanes(dfull);
+  const Q4_0Layout layout = Q4_0Layout::For(kSplit, nblocks);
+  const uint8_t* x8 = reinterpret_cast<const uint8_t*>(xq);
+  auto f0 = hn::Zero(df), f1 = hn::Zero(df), f2 = hn::Zero(df), f3 = hn::Zero(df);
   auto o0 = hn::Zero(dfull), o1 = hn::Zero(dfull), o2 = hn::Zero(dfull), o3 = hn::Zero(dfull);
   HWY_ALIGN float sw[2][kRows][kMaxFloatLanes];
-  SplitGroupScales<kRows>(dfull, rows, nblocks, 0, sx, sums, sw[0], o0, o1, o2, o3);
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  const __m256i pair_of_lane = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-  // Blocks [q, q + n) of the group (n = 1 or 2) of every row, at byte `at`
-  // of the rows, against the activations xlo and xhi.
-  const auto pair = [&](size_t q, size_t n, __m256i xlo, __m256i xhi,
-                        const float(*scales)[kMaxFloatLanes], size_t at) HWY_ATTR {
-    const __m256i idx = _mm256_add_epi32(pair_of_lane, _mm256_set1_epi32(static_cast<int>(q)));
-    for (size_t r = 0; r < kRows; ++r) {
-      const __m256i w = LoadNibblePair(rows[r] + at, n);
-      const __m256i lo = _mm256_and_si256(w, low);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
-      const __m256i acc = DotBytesVex(DotBytesVex(_mm256_setzero_si256(), lo, xlo), hi, xhi);
-      const __m256 scale = _mm256_permutevar8x32_ps(_mm256_load_ps(scales[r]), idx);
-      f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), scale, f[r]);
-    }
-  };
+  Q4_0GroupScales<kRows, kSplit>(dfull, rows, nblocks, 0, sx, sums, sw[0], o0, o1, o2, o3);
   size_t cur = 0;
   for (size_t g0 = 0; g0 < nblocks; g0 += G, cur ^= 1) {
     if (g0 + G < nblocks) {
-      SplitGroupScales<kRows>(dfull, rows, nblocks, g0 + G, sx, sums, sw[cur ^ 1], o0, o1, o2, o3);
+      Q4_0GroupScales<kRows, kSplit>(dfull, rows, nblocks, g0 + G, sx, sums, sw[cur ^ 1], o0, o1,
+                                     o2, o3);
     }
     const size_t count = std::min(G, nblocks - g0);
-    for (size_t q = 0; q < count; q += 4) {
+    for (size_t q = 0; q < count; q += 4) {  // a quad of blocks (the last may be short)
+      pf.Upto(layout.nibbles_at + (g0 + q) * layout.nibble_stride);
+      const uint8_t* xq4 = x8 + QuadLayoutIndex(g0 + q, 0);
       const size_t blocks = std::min<size_t>(4, count - q);
-      const size_t at = nib + (g0 + q) * 16;
-      pf.Upto(at);
-      const int8_t* xb = xq + (g0 + q) * 32;  // the quad's 128 bytes
-      const auto x32 = [&](size_t i) HWY_ATTR {
-        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32 * i));
-      };
-      pair(q, std::min<size_t>(2, blocks), x32(0), x32(2), sw[cur], at);
-      if (blocks > 2) pair(q + 2, blocks - 2, x32(1), x32(3), sw[cur], at + 32);
+      for (size_t k = 0; k < blocks; k += S) {  // its steps
+        const size_t n = std::min(S, blocks - k);
+        const auto xlo = hn::LoadU(du8, xq4 + 16 * k);
+        const auto xhi = hn::LoadU(du8, xq4 + 64 + 16 * k);
+        const size_t block = g0 + q + k;
+        const float(*scales)[kMaxFloatLanes] = sw[cur];
+        Q4_0QuadStepRow<kSplit, Dots>(du8, rows[0], layout, block, n, xlo, xhi, scales[0], q + k,
+                                      f0);
+        if constexpr (kRows > 1)
+          Q4_0QuadStepRow<kSplit, Dots>(du8, rows[1], layout, block, n, xlo, xhi, scales[1 % kRows],
+                                        q + k, f1);
+        if constexpr (kRows > 2)
+          Q4_0QuadStepRow<kSplit, Dots>(du8, rows[2], layout, block, n, xlo, xhi, scales[2 % kRows],
+                                        q + k, f2);
+        if constexpr (kRows > 3)
+          Q4_0QuadStepRow<kSplit, Dots>(du8, rows[3], layout, block, n, xlo, xhi, scales[3 % kRows],
+                                        q + k, f3);
+      }
     }
   }
-  const hn::Vec<decltype(dfull)> o[4] = {o0, o1, o2, o3};
-  for (size_t r = 0; r < kRows; ++r) {
-    y[r * y_stride] =
-        ReduceSum(dfull, hn::NegMulAdd(hn::Set(dfull, 8.0f), o[r], hn::Vec<decltype(dfull)>{f[r]}));
-  }
+  y[0] = ReduceSum(df, f0) - 8.0f * ReduceSum(dfull, o0);
+  if constexpr (kRows > 1) y[y_stride] = ReduceSum(df, f1) - 8.0f * ReduceSum(dfull, o1);
+  if constexpr (kRows > 2) y[2 * y_stride] = ReduceSum(df, f2) - 8.0f * ReduceSum(dfull, o2);
+  if constexpr (kRows > 3) y[3 * y_stride] = ReduceSum(df, f3) - 8.0f * ReduceSum(dfull, o3);
 }
 #endif
 
@@ -1234,23 +1253,36 @@ HWY_INLINE void Q4_0InterleavedQuads(const uint8_t* const* HWY_RESTRICT rows, si
 }
 #endif
 
-// Both forms are compiled where the CPU decides (AVX3): one branch per call
-// of four rows, outside the loops. kSplit: Q4_0S rows.
+// Where the CPU decides the form (AVX3, AVX2, NEON): one branch per call of
+// four rows, outside the loops (a branch, not WithBestByteDotSum's lambda,
+// which could cost the kernels their prefetches: row_prefetch.h). kSplit:
+// Q4_0S rows.
 template <size_t kRows, bool kSplit, class Pf>
 HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks,
                          const int16_t* HWY_RESTRICT xq, const float* HWY_RESTRICT sx,
                          const float* HWY_RESTRICT sums, float* HWY_RESTRICT y,
                          size_t y_stride, Pf& pf) {
+#ifdef SPARROW_Q4_0_INT8_QUADS
+  if (Q4_0ActivationsAreInt8()) {
+    const int8_t* x8 = reinterpret_cast<const int8_t*>(xq);
+#if defined(SPARROW_INT8_VNNI_RUNTIME)
+    if (TargetHasVnni()) {
+      return Q4_0QuadsInt8<kRows, kSplit, VnniByteDotSum<QuadStepBytes>>(rows, nblocks, x8, sx,
+                                                                         sums, y, y_stride, pf);
+    }
+#elif defined(SPARROW_INT8_SDOT_NEON)
+    return Q4_0QuadsInt8<kRows, kSplit, NeonSdotByteDotSum<QuadStepBytes>>(rows, nblocks, x8, sx,
+                                                                           sums, y, y_stride, pf);
+#endif
+    return Q4_0QuadsInt8<kRows, kSplit, ByteDotSum<QuadStepBytes>>(rows, nblocks, x8, sx, sums, y,
+                                                                   y_stride, pf);
+  }
+#endif
 #ifdef SPARROW_Q4_0_INT8
   if (Q4_0ActivationsAreInt8()) {
     if constexpr (kSplit) {
-#ifdef SPARROW_Q4_0_INT8_VEX
-      return Q4_0SplitQuadsVex<kRows>(rows, nblocks, reinterpret_cast<const int8_t*>(xq), sx, sums,
-                                      y, y_stride, pf);
-#else
-      return Q4_0SplitQuads<kRows>(rows, nblocks, reinterpret_cast<const int8_t*>(xq), sx, sums,
-                                   y, y_stride, pf);
-#endif
+      return Q4_0SplitQuads<kRows>(rows, nblocks, reinterpret_cast<const int8_t*>(xq), sx, sums, y,
+                                   y_stride, pf);
     } else {
 #if HWY_TARGET == HWY_AVX3_DL
       // (No activation sums: the offset is summed exactly in int32.)
@@ -1262,8 +1294,10 @@ HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
     }
   }
 #endif
-#if !defined(SPARROW_Q4_0_INT8) || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
-  // (Not on AVX3_DL, whose CPUs all have VNNI: no int16 form compiled.)
+  // The int16 form, where some CPU of the target lacks a fast 8-bit one
+  // (not on AVX3_DL, AVX2 and SVE, which always take int8).
+#if !(HWY_TARGET == HWY_AVX3_DL || defined(SPARROW_INT8_SDOT_SVE) || \
+      (HWY_TARGET == HWY_AVX2 && defined(SPARROW_Q4_0_INT8_QUADS)))
   Q4_0RowsForm<kRows, false, kSplit>(rows, nblocks, xq, sx, sums, y, y_stride, pf);
 #endif
 }

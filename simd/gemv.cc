@@ -27,6 +27,7 @@ void QuantizeActivationsT(const float* x, size_t n, bool pair_layout, bool split
 bool Q4_0ActivationsAreInt8T() { return Q4_0ActivationsAreInt8(); }  // gemv-inl.h
 bool Q6_KActivationsAreInt8T() { return Q6_KActivationsAreInt8(); }
 bool Q8_0ActivationsAreInt8T() { return kQ8_0Int8; }
+const char* GemvByteDotFormT() { return ByteDotFormName(); }  // int8_dot-inl.h
 
 }  // namespace HWY_NAMESPACE
 }  // namespace sparrow::simd
@@ -70,6 +71,9 @@ HWY_EXPORT(QuantizeActivationsT);
 HWY_EXPORT(Q4_0ActivationsAreInt8T);
 HWY_EXPORT(Q6_KActivationsAreInt8T);
 HWY_EXPORT(Q8_0ActivationsAreInt8T);
+HWY_EXPORT(GemvByteDotFormT);
+
+const char* GemvByteDotForm() { return HWY_DYNAMIC_DISPATCH(GemvByteDotFormT)(); }
 
 int GemvActivationMax(TensorType type) {
   if (!IsQuantized(type)) return 0;

@@ -267,9 +267,10 @@ TEST_CASE("Gemv results do not depend on the prefetch policy, every float type a
   }
 }
 
-// The int8 form is chosen where vpdpbusd runs: always on AVX3_DL, whose
-// runtime check requires AVX-512 VNNI, on AVX3 when the CPU reports it, and
-// on AVX2 when the CPU reports AVX-VNNI (the VEX form).
+// Q4_0's int8 form is chosen where it takes fewer instructions than int16:
+// always on AVX3_DL, whose runtime check requires AVX-512 VNNI, on AVX3 when
+// the CPU reports that, always on AVX2 (vpdpbusd where the CPU has
+// AVX-VNNI, else pmaddubsw), and on Arm with `sdot`.
 TEST_CASE("Q4_0 and Q8_0 activations are int8 exactly where the target and CPU have them") {
   ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
     CAPTURE(target.name);
@@ -277,7 +278,11 @@ TEST_CASE("Q4_0 and Q8_0 activations are int8 exactly where the target and CPU h
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
     const bool int8 = target.name == "AVX3_DL" ||
                       (target.name == "AVX3" && CpuHasX86Vnni(/*evex=*/true)) ||
-                      (target.name == "AVX2" && CpuHasX86Vnni(/*evex=*/false));
+                      target.name == "AVX2";
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+    // Arm: with `sdot`, on every SVE target and on NEON where the core has it.
+    const bool int8 =
+        target.name.rfind("SVE", 0) == 0 || (target.name == "NEON" && CpuHasArmDotProd());
 #else
     const bool int8 = false;
 #endif

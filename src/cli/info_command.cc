@@ -296,11 +296,9 @@ int InfoCommand(int argc, char** argv) {
     std::printf("  Q4_0/Q4_K/Q8_0 kernels: plain rows, 16-bit activations\n");
   }
   // A bundle's cached units are gathered one record at a time, never packed.
-  // Their 8-bit form runs only on vpdpbusd (AVX-512 VNNI or AVX-VNNI), the
-  // form the packed kernels name.
   if (simd::GemvActivationMax(TensorType::kQ4_0) == simd::kInt8ActivationMax) {
     std::printf("  Q4_0/Q4_0S bundle records: per-row kernels, 8-bit activations, %s\n",
-                simd::PackedGemvDotForm());
+                simd::GemvByteDotForm());
   } else {
     std::printf("  Q4_0/Q4_0S bundle records: per-row kernels, 16-bit activations\n");
   }
