@@ -109,15 +109,17 @@ HWY_INLINE size_t PairLayoutIndex(size_t block, size_t i) {
 // probe with int16, 83-88% with int8 (README.md has the whole table).
 #define SPARROW_Q4_0_INT8 1
 #endif
-// AVX2, NEON with the dot-product extension and SVE take int8 activations
-// too, in one Highway kernel over the byte dot forms of int8_dot-inl.h
-// (Q4_0QuadsInt8): vpdpbusd where an AVX2 CPU has AVX-VNNI (Alder Lake and
-// later, Zen 5), else pmaddubsw + pmaddwd; `sdot` on Arm. With int16
-// activations DotRows on AVX2 was bound by its arithmetic even on rows from
-// DRAM (README.md has the figures); on Arm the 8-bit form takes about half
-// the instructions per block.
+// AVX2, SSE4, NEON with the dot-product extension and SVE take int8
+// activations too, in one Highway kernel over the byte dot forms of
+// int8_dot-inl.h (Q4_0QuadsInt8): vpdpbusd where an AVX2 CPU has AVX-VNNI
+// (Alder Lake and later, Zen 5), else pmaddubsw + pmaddwd; `sdot` on Arm.
+// With int16 activations DotRows on AVX2 and SSE4 was bound by its
+// arithmetic even on rows from DRAM (README.md has the figures); on Arm the
+// 8-bit form takes about half the instructions per block.
 #undef SPARROW_Q4_0_INT8_QUADS
-#if (HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2 && (defined(__GNUC__) || defined(__clang__))) || \
+#if (HWY_ARCH_X86 &&                                                                  \
+     (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3) && \
+     (defined(__GNUC__) || defined(__clang__))) ||                                    \
     defined(SPARROW_INT8_SDOT_NEON) || defined(SPARROW_INT8_SDOT_SVE)
 #define SPARROW_Q4_0_INT8_QUADS 1
 #endif
@@ -150,7 +152,7 @@ HWY_INLINE bool Q4_0ActivationsAreInt8() {
 #if defined(SPARROW_Q4_0_INT8) && HWY_TARGET == HWY_AVX3
   return TargetHasVnni();
 #elif defined(SPARROW_Q4_0_INT8) || defined(SPARROW_INT8_SDOT_SVE) || \
-    (HWY_TARGET == HWY_AVX2 && defined(SPARROW_Q4_0_INT8_QUADS))
+    (HWY_ARCH_X86 && defined(SPARROW_Q4_0_INT8_QUADS))
   return true;
 #elif defined(SPARROW_INT8_SDOT_NEON)
   // Without `sdot`, int16: NEON has no other byte dot product, and emulating
@@ -969,9 +971,9 @@ HWY_INLINE void Q4_0SplitQuads(const uint8_t* const* HWY_RESTRICT rows, size_t n
 
 #ifdef SPARROW_Q4_0_INT8_QUADS
 // The bytes of one step of Q4_0QuadsInt8: 256-bit vectors on AVX2, 128-bit
-// on Arm (SVE too: capped, so that the same quad layout serves every
-// vector length; most of its phone cores are 128-bit anyway).
-using QuadStepBytes = hn::CappedTag<uint8_t, HWY_ARCH_X86 ? 32 : 16>;
+// on SSE4 and Arm (SVE too: capped, so that the same quad layout serves
+// every vector length; most of its phone cores are 128-bit anyway).
+using QuadStepBytes = hn::CappedTag<uint8_t, HWY_TARGET == HWY_AVX2 ? 32 : 16>;
 // Blocks a step takes: one vector of their nibble bytes (16 each).
 inline constexpr size_t kQuadStepBlocks = hn::MaxLanes(QuadStepBytes()) / 16;
 static_assert(kQuadStepBlocks == 1 || kQuadStepBlocks == 2);
@@ -1295,9 +1297,9 @@ HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
   }
 #endif
   // The int16 form, where some CPU of the target lacks a fast 8-bit one
-  // (not on AVX3_DL, AVX2 and SVE, which always take int8).
+  // (not on AVX3_DL, AVX2, SSE4 and SVE, which always take int8).
 #if !(HWY_TARGET == HWY_AVX3_DL || defined(SPARROW_INT8_SDOT_SVE) || \
-      (HWY_TARGET == HWY_AVX2 && defined(SPARROW_Q4_0_INT8_QUADS)))
+      (HWY_ARCH_X86 && defined(SPARROW_Q4_0_INT8_QUADS)))
   Q4_0RowsForm<kRows, false, kSplit>(rows, nblocks, xq, sx, sums, y, y_stride, pf);
 #endif
 }

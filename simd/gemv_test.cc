@@ -269,7 +269,7 @@ TEST_CASE("Gemv results do not depend on the prefetch policy, every float type a
 
 // Q4_0's int8 form is chosen where it takes fewer instructions than int16:
 // always on AVX3_DL, whose runtime check requires AVX-512 VNNI, on AVX3 when
-// the CPU reports that, always on AVX2 (vpdpbusd where the CPU has
+// the CPU reports that, always on AVX2 and SSE4 (vpdpbusd where the CPU has
 // AVX-VNNI, else pmaddubsw), and on Arm with `sdot`.
 TEST_CASE("Q4_0 and Q8_0 activations are int8 exactly where the target and CPU have them") {
   ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
@@ -278,7 +278,7 @@ TEST_CASE("Q4_0 and Q8_0 activations are int8 exactly where the target and CPU h
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
     const bool int8 = target.name == "AVX3_DL" ||
                       (target.name == "AVX3" && CpuHasX86Vnni(/*evex=*/true)) ||
-                      target.name == "AVX2";
+                      target.name == "AVX2" || target.name == "SSE4" || target.name == "SSSE3";
 #elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
     // Arm: with `sdot`, on every SVE target and on NEON where the core has it.
     const bool int8 =
