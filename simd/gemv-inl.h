@@ -123,6 +123,14 @@ HWY_INLINE size_t PairLayoutIndex(size_t block, size_t i) {
     defined(SPARROW_INT8_SDOT_NEON) || defined(SPARROW_INT8_SDOT_SVE)
 #define SPARROW_Q4_0_INT8_QUADS 1
 #endif
+// Targets where every CPU takes Q4_0's int8 form, so that no int16 form is
+// compiled: AVX3_DL (its runtime check requires AVX-512 VNNI), SVE (`sdot`)
+// and the x86 targets of the quad kernel (pmaddubsw at least).
+#undef SPARROW_Q4_0_ALWAYS_INT8
+#if (defined(SPARROW_Q4_0_INT8) && HWY_TARGET == HWY_AVX3_DL) || defined(SPARROW_INT8_SDOT_SVE) || \
+    (HWY_ARCH_X86 && defined(SPARROW_Q4_0_INT8_QUADS))
+#define SPARROW_Q4_0_ALWAYS_INT8 1
+#endif
 // Whether Q4_0 rows take a quad form too (Q4_0InterleavedQuads), in Q4_0S's
 // activation layout: where VBMI's byte permute gathers their nibbles
 // (AVX3_DL; Cascade Lake, which Highway gives AVX3, has none and keeps the
@@ -149,11 +157,10 @@ inline constexpr bool kQ4_0QuadActivations = kQ4_0PlainQuads;
 // forms) or int16 in the pair layout. QuantizeActivationsImpl and Q4_0Rows
 // both ask, so they agree.
 HWY_INLINE bool Q4_0ActivationsAreInt8() {
-#if defined(SPARROW_Q4_0_INT8) && HWY_TARGET == HWY_AVX3
-  return TargetHasVnni();
-#elif defined(SPARROW_Q4_0_INT8) || defined(SPARROW_INT8_SDOT_SVE) || \
-    (HWY_ARCH_X86 && defined(SPARROW_Q4_0_INT8_QUADS))
+#if defined(SPARROW_Q4_0_ALWAYS_INT8)
   return true;
+#elif defined(SPARROW_Q4_0_INT8) && HWY_TARGET == HWY_AVX3
+  return TargetHasVnni();
 #elif defined(SPARROW_INT8_SDOT_NEON)
   // Without `sdot`, int16: NEON has no other byte dot product, and emulating
   // one would take more instructions than the int16 form.
@@ -1296,10 +1303,8 @@ HWY_INLINE void Q4_0Rows(const uint8_t* const* HWY_RESTRICT rows, size_t nblocks
     }
   }
 #endif
-  // The int16 form, where some CPU of the target lacks a fast 8-bit one
-  // (not on AVX3_DL, AVX2, SSE4 and SVE, which always take int8).
-#if !(HWY_TARGET == HWY_AVX3_DL || defined(SPARROW_INT8_SDOT_SVE) || \
-      (HWY_ARCH_X86 && defined(SPARROW_Q4_0_INT8_QUADS)))
+  // The int16 form, where some CPU of the target lacks a fast 8-bit one.
+#ifndef SPARROW_Q4_0_ALWAYS_INT8
   Q4_0RowsForm<kRows, false, kSplit>(rows, nblocks, xq, sx, sums, y, y_stride, pf);
 #endif
 }

@@ -91,14 +91,14 @@ void GemvBatch(TensorType type, const void* weights, size_t row_bytes, size_t co
 
 // The largest magnitude the current SIMD target's per-row kernels (Gemv,
 // and DotRows through them) quantize `type`'s activations to: 127 where
-// they are int8 (Q4_0 and Q4_0S on AVX3_DL, on AVX3 where the CPU has
-// AVX-512 VNNI, and on AVX2; gemv-inl.h: SPARROW_Q4_0_INT8; Q8_0 on
-// AVX3_DL: kQ8_0Int8; Q6_K wherever the target has a native 8-bit dot
-// product: x86 from SSSE3, SVE, NEON with `sdot`;
-// gemv-inl.h: Q6_KRowsInt8), 32767 for the other quantized types, 0 where
-// activations stay f32 (F32, F16, BF16). Tests, benchmarks and `sparrow
-// info` size their bounds and descriptions from it, so a type or target
-// that moves to int8 changes in one place.
+// they are int8 (Q4_0 and Q4_0S on AVX3_DL, AVX2, SSE4 and SVE, on AVX3
+// where the CPU has AVX-512 VNNI, on NEON where it has `sdot`; gemv-inl.h:
+// Q4_0ActivationsAreInt8; Q8_0 on AVX3_DL: kQ8_0Int8; Q6_K wherever the
+// target has a native 8-bit dot product: x86 from SSSE3, SVE, NEON with
+// `sdot`; gemv-inl.h: Q6_KRowsInt8), 32767 for the other quantized types, 0
+// where activations stay f32 (F32, F16, BF16). Tests, benchmarks and
+// `sparrow info` size their bounds and descriptions from it, so a type or
+// target that moves to int8 changes in one place.
 int GemvActivationMax(TensorType type);
 // GemvActivationMax's value for int8 activations.
 inline constexpr int kInt8ActivationMax = 127;
