@@ -329,9 +329,10 @@ float IntegerStep(TensorType type, const std::vector<const uint8_t*>& rows, size
 // not the kernels'. The orders:
 //  - DotRows': groups of four, group i holding entries i, i + q, i + 2q and
 //    i + 3q (q = count / 4), then the rest; each row's bytes one group
-//    ahead (simd::Prefetcher);
+//    ahead, or several for short rows (simd::Prefetcher, LeadGroups);
 //  - AxpyRows': four consecutive entries at a time, each row prefetched
-//    kPrefetchAhead bytes ahead, running on into the next four's rows;
+//    kPrefetchAhead bytes ahead, running on into the rows of the four
+//    LeadGroups ahead;
 //  - the integer sums' (simd/axpy_int-inl.h, the quad form): sixteen
 //    consecutive entries at a time, line by line across the sixteen, each
 //    line of a later sixteen (simd::AxpyIntPassesAhead) prefetched into L2
@@ -358,20 +359,22 @@ uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, Re
                        : order == ReadOrder::kDot ? row_bytes
                                                   : simd::AxpyIntPassesAhead(row_bytes) * row_bytes;
   const bool into_l2 = order == ReadOrder::kAxpyInt || simd::PrefetchIntoL2(4, ahead);
-  // The integer sums prefetch the groups before the one the first group
-  // prefetches before reading it. (Plain loops: with the prefetches in a
-  // lambda this order read at half the speed.)
-  if (order == ReadOrder::kAxpyInt) {
-    for (size_t r = group; r < std::min(ahead / row_bytes * group, count); ++r) {
-      for (size_t o = 0; o < row_bytes; o += 64) simd::PrefetchLine(rows[r] + o, into_l2);
-    }
+  // Groups ahead that a position past the row's end maps to: the integer
+  // sums count whole passes in `ahead`, the others run LeadGroups ahead.
+  const size_t lead = order == ReadOrder::kAxpyInt ? 1 : simd::LeadGroups(row_bytes);
+  // The groups before the one the first group prefetches are prefetched
+  // before reading it. (Plain loops: with the prefetches in a lambda this
+  // order read at half the speed.)
+  const size_t before = order == ReadOrder::kAxpyInt ? ahead / row_bytes : lead;
+  for (size_t r = group; r < std::min(before * group, count); ++r) {
+    for (size_t o = 0; o < row_bytes; o += 64) simd::PrefetchLine(rows[r] + o, into_l2);
   }
   uint64_t sum = 0;
   for (size_t k = 0; k < count; k += group) {
     const size_t m = std::min(group, count - k);
     for (size_t o = 0; o < row_bytes; o += 64) {
       const size_t p = o + ahead;
-      const size_t first = k + p / row_bytes * group;
+      const size_t first = k + p / row_bytes * lead * group;
       for (size_t r = first; r < std::min(first + group, count); ++r) {
         simd::PrefetchLine(rows[r] + p % row_bytes, into_l2);
       }

@@ -23,7 +23,8 @@
 // the hardware prefetchers only pick a row up after a few misses in it, and
 // the kernels' arithmetic then waits on memory instead of overlapping with
 // it. Each kernel therefore prefetches kPrefetchAhead bytes ahead in each of
-// its rows, running on into the next group's rows near the end.
+// its rows, running on near the end into the rows of a later group: the
+// next one, or for short rows one further on (LeadGroups).
 
 #if defined(SPARROW_SIMD_GATHER_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SPARROW_SIMD_GATHER_INL_H_
@@ -64,9 +65,18 @@ struct NextRows {
   size_t count = 0;  // at most 4
 };
 
+// Prefetches bytes [begin, end) of each of g's rows: the groups a kernel
+// reads before its prefetches, LeadGroups ahead, reach them.
+HWY_INLINE void PrefetchRows(const NextRows& g, size_t begin, size_t end, bool into_l2) {
+  for (size_t r = 0; r < g.count; ++r) {
+    for (size_t b = begin; b < end; b += 64) PrefetchLine(g.rows[r] + b, into_l2);
+  }
+}
+
 // Prefetches, once per 64-byte step, each of the kRows rows a fixed
 // distance ahead of the position the kernel reports; positions past a row's
-// end map to the start of the next group's rows. Into L1, or into L2 where
+// end map to the start of the rows it is given as next (the group
+// LeadGroups ahead). Into L1, or into L2 where
 // the rows have more bytes in flight than L1's miss buffers hold
 // (row_prefetch.h).
 enum class PrefetchFrom {
@@ -209,32 +219,42 @@ HWY_INLINE void DotRowGroups(const uint8_t* const* rows, size_t count, size_t co
     }
     return true;
   };
-  const uint8_t* group[2][4];
-  const auto fill = [&](size_t i, const uint8_t** g) {
-    for (size_t r = 0; r < 4; ++r) g[r] = rows[i + r * q];
-  };
-  if (q > 0) fill(0, group[0]);
-  for (size_t i = 0; i < q; ++i) {
-    const uint8_t** cur = group[i % 2];
-    NextRows next;
-    if (i + 1 < q) {
-      fill(i + 1, group[(i + 1) % 2]);
-      next.rows = group[(i + 1) % 2];
-      next.count = 4;
-    } else {
-      next.rows = rows + 4 * q;
-      next.count = std::min<size_t>(4, rest);
+  // Group j's rows (j <= q; group q is the rest), kept in ring[j % kRing]
+  // while the prefetches run `lead` groups ahead of the one being read.
+  const size_t lead = LeadGroups(row_bytes);
+  constexpr size_t kRing = kMaxLeadGroups + 1;
+  const uint8_t* ring[kRing][4];
+  const auto group = [&](size_t j) {
+    NextRows g;
+    if (j < q) {
+      for (size_t r = 0; r < 4; ++r) ring[j % kRing][r] = rows[j + r * q];
+      g.rows = ring[j % kRing];
+      g.count = 4;
+    } else if (j == q) {
+      g.rows = rows + 4 * q;
+      g.count = std::min<size_t>(4, rest);
     }
-    const bool hardware = continues(cur, next);
+    return g;
+  };
+  // The groups between the first and the one its prefetches run into.
+  if (q > 0 && n > 0) {
+    for (size_t j = 1; j < lead && j <= q; ++j) {
+      PrefetchRows(group(j), 0, row_bytes, PrefetchIntoL2(4, row_bytes));
+    }
+  }
+  for (size_t i = 0; i < q; ++i) {
+    const uint8_t* const* cur = group(i).rows;
+    const NextRows ahead = group(i + lead);
+    const bool hardware = continues(cur, group(i + 1));
     size_t t = 0;
     if constexpr (K::kTokens > 1) {
       for (; t + K::kTokens <= n; t += K::kTokens) {
-        Prefetcher<4> pf(cur, next, row_bytes, hardware ? PrefetchFrom::kNone : From(t, i));
+        Prefetcher<4> pf(cur, ahead, row_bytes, hardware ? PrefetchFrom::kNone : From(t, i));
         K::template RunTokens<4>(cur, cols, x + t, out + t * out_stride + i, out_stride, q, pf);
       }
     }
     for (; t < n; ++t) {
-      Prefetcher<4> pf(cur, next, row_bytes, hardware ? PrefetchFrom::kNone : From(t, i));
+      Prefetcher<4> pf(cur, ahead, row_bytes, hardware ? PrefetchFrom::kNone : From(t, i));
       K::template Run<4>(cur, cols, x[t], out + t * out_stride + i, q, pf);
     }
   }
@@ -608,7 +628,8 @@ HWY_INLINE void Q4_0Axpys(const uint8_t* const* HWY_RESTRICT rows, const float* 
   };
 #endif
   // A Q4_0S window's scales lie apart from its nibbles (the prefetched
-  // stream, Q4_0Axpy::Stream): the next group's are prefetched now.
+  // stream, Q4_0Axpy::Stream): those of the group the prefetches run into
+  // (LeadGroups ahead) are prefetched now.
   const size_t base = window.offset + b0 * layout.scale_stride;
   if (kSplit && window.width != window.row_cols) {
     pf.NextRegion(base, nblocks * layout.scale_stride);
@@ -749,30 +770,39 @@ HWY_NOINLINE void RunAxpyGroup(const AxpyGroup& g, const AxpyGroup& next, Column
 template <class K>
 HWY_INLINE void AxpyGroups(const uint8_t* const* rows, size_t count, ColumnWindow window,
                            const float* a, float* y, float* chunks) {
+  // Groups i .. i + lead in ring[(i ..) % (lead + 1)]: the prefetches run
+  // `lead` groups ahead of group i.
+  const auto [begin, end] = K::Stream(window);
+  const size_t lead = LeadGroups(end - begin);
+  AxpyGroup ring[kMaxLeadGroups + 1];
   size_t k = 0;
-  AxpyGroup cur, next;
-  NextAxpyGroup(rows, a, count, &k, &cur);
-  NextAxpyGroup(rows, a, count, &k, &next);
-  if (cur.m == 0) return;
+  for (size_t j = 0; j <= lead; ++j) NextAxpyGroup(rows, a, count, &k, &ring[j]);
+  if (ring[0].m == 0) return;
+  for (size_t j = 1; j < lead; ++j) {
+    PrefetchRows(NextRows{ring[j].rows, ring[j].m}, begin, end,
+                 PrefetchIntoL2(4, std::min(kPrefetchAhead, end - begin)));
+  }
   PrefetchFrom prefetched = PrefetchFrom::kStart;
-  while (cur.m != 0) {
+  for (size_t i = 0;; ++i) {
+    AxpyGroup& cur = ring[i % (lead + 1)];
+    if (cur.m == 0) break;
+    const AxpyGroup& ahead = ring[(i + lead) % (lead + 1)];
     switch (cur.m) {
       case 4:
-        RunAxpyGroup<K, 4>(cur, next, window, prefetched, y, chunks);
+        RunAxpyGroup<K, 4>(cur, ahead, window, prefetched, y, chunks);
         break;
       case 3:
-        RunAxpyGroup<K, 3>(cur, next, window, prefetched, y, chunks);
+        RunAxpyGroup<K, 3>(cur, ahead, window, prefetched, y, chunks);
         break;
       case 2:
-        RunAxpyGroup<K, 2>(cur, next, window, prefetched, y, chunks);
+        RunAxpyGroup<K, 2>(cur, ahead, window, prefetched, y, chunks);
         break;
       default:
-        RunAxpyGroup<K, 1>(cur, next, window, prefetched, y, chunks);
+        RunAxpyGroup<K, 1>(cur, ahead, window, prefetched, y, chunks);
         break;
     }
     prefetched = PrefetchFrom::kCovered;
-    cur = next;
-    NextAxpyGroup(rows, a, count, &k, &next);
+    NextAxpyGroup(rows, a, count, &k, &cur);  // group i + lead + 1
   }
 }
 

@@ -17,6 +17,7 @@
 #include "simd/gemv.h"
 #include "simd/quantize.h"
 #include "simd/prefetch_test_util.h"
+#include "simd/row_prefetch.h"
 #include "simd/targets.h"
 
 namespace sparrow::simd {
@@ -590,6 +591,16 @@ TEST_CASE("AxpyRows spreads NaN from a row that a token uses") {
       }
     });
   }
+}
+
+TEST_CASE("Prefetches lead by about kLeadBytes of each row, one to kMaxLeadGroups groups") {
+  CHECK(LeadGroups(1152) == 1);  // a 2048-wide Q4_0 row
+  CHECK(LeadGroups(kLeadBytes) == 1);
+  CHECK(LeadGroups(1 << 20) == 1);
+  CHECK(LeadGroups(432) == 2);  // a 768-wide Q4_0 row
+  CHECK(LeadGroups(kLeadBytes / 3) == 3);
+  CHECK(LeadGroups(18) == kMaxLeadGroups);  // one Q4_0 block
+  CHECK(LeadGroups(0) == kMaxLeadGroups);
 }
 
 TEST_CASE("Gather kernels reject what they cannot do") {

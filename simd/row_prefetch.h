@@ -12,11 +12,34 @@
 namespace sparrow::simd {
 
 // How far ahead of its current position a kernel prefetches in each row
-// (at most one row: the whole next group when rows are shorter). Enough to
-// cover DRAM latency at full bandwidth with four rows in flight; measured
-// with gather_bench (1024 loses up to a fifth of the bandwidth; 2048 and
-// one row ahead are about equal for 4 KiB rows).
+// (at most one row: past its end, the same bytes of a later group's rows,
+// LeadGroups below). Enough to cover DRAM latency at full bandwidth with
+// four rows in flight; measured with gather_bench (1024 loses up to a
+// fifth of the bandwidth; 2048 and one row ahead are about equal for 4 KiB
+// rows).
 inline constexpr size_t kPrefetchAhead = 2048;
+
+// Groups of rows (of four) ahead of the one being read that the gather
+// kernels' prefetches run into, for rows of which each reads `row_bytes`:
+// as many as hold about kLeadBytes of each row's stream, at least one. The
+// distance within a row is at most the row (kPrefetchAhead), so with one
+// group ahead a short row kept too few lines in flight: 768-wide Q4_0S
+// rows (432 bytes) two groups ahead read 86-87% of the four-stream probe
+// in DotRows instead of 80-81%, plain Q4_0 85-87% instead of 79%, a random
+// quarter of them 59-60% instead of 52-55%; rows 2048 wide (1152 bytes),
+// one group ahead, read 87-93%, and 85-86% two groups ahead (2 vCPU Intel
+// Emerald Rapids VM, AVX3_DL, three alternated rounds of `gather_bench
+// --types q4_0s,q4_0 --shapes 768x3072,2048x5632 --kernels dot --threads 1
+// --clock cpu`). AxpyRows' float chain over the same Q4_0S rows, dispatch
+// forced to AVX3 (four rounds): 6.9-8.6 -> 8.7-9.4 GB/s. Two threads'
+// AxpyRows, which split the columns (Q8_0 rows 2048 wide: 544 bytes a
+// thread, now two groups ahead), stayed within the noise.
+inline constexpr size_t kLeadBytes = 1024;
+inline constexpr size_t kMaxLeadGroups = 8;
+inline size_t LeadGroups(size_t row_bytes) {
+  const size_t groups = row_bytes == 0 ? kMaxLeadGroups : (kLeadBytes + row_bytes / 2) / row_bytes;
+  return groups < 1 ? 1 : groups > kMaxLeadGroups ? kMaxLeadGroups : groups;
+}
 
 // Where rows have more than this many bytes in flight (rows times the
 // prefetch distance), they are prefetched into L2 instead of L1. A prefetch
