@@ -14,8 +14,9 @@
 //    taken off at the end, from the sum of the rows' m for each block.
 //    Q4_0 rows (blocks of 18 bytes) get four blocks' nibbles into one
 //    vector with a byte permute and an insert, as Q4_0S keeps them;
-//  - blocks (x86 targets below AVX3_DL whose CPU has vpdpbusd): the quad
-//    form's steps in 256-bit vectors, one block at a time (BlockForm).
+//  - blocks (x86 targets below AVX3_DL whose CPU has vpdpbusd, and AVX2
+//    with pmaddubsw where it has not): the quad form's steps in 256-bit
+//    vectors, one block at a time (BlockForm).
 // All are exact, so AxpyIntFinish gives the same bits from any.
 //
 // The quad form is raw AVX-512 code because Highway 1.0.3 has no 8-bit
@@ -618,7 +619,8 @@ HWY_INLINE void FinishQuads(size_t nchunks, const int32_t* hi, const int32_t* lo
 #ifdef SPARROW_INT8_VNNI_RUNTIME
 // The block form: the quad form's sums in 256-bit vectors, for x86 targets
 // below AVX3_DL on CPUs with an 8-bit dot product (AVX-VNNI's VEX vpdpbusd
-// on AVX2, AVX-512 VNNI's on AVX3; TargetHasVnni). One block (32 columns)
+// on AVX2, AVX-512 VNNI's on AVX3; TargetHasVnni), and with pmaddubsw on
+// AVX2 CPUs without (QuadsBlockPairs). One block (32 columns)
 // a step: each of a quad's four rows' 16 nibble bytes is loaded into both
 // 128-bit halves of a vector, so that byte and word unpacks interleave the
 // rows as in the quad form and a blend of two of their results puts bytes
@@ -778,8 +780,76 @@ HWY_INLINE void QuadsBlock(const QuadRows& pass, const uint32_t (*bhi)[kAxpyIntS
   }
 }
 
+// QuadsBlock where the CPU has no 8-bit dot product into int32 (AVX2
+// without AVX-VNNI): pmaddubsw multiplies the nibbles, low and high apart
+// (a whole byte times a multiple's byte would saturate its int16 pairs),
+// into int16 sums that a pass's quads add up (at most 4 * 2 * 15 * 128 in
+// magnitude), and pmaddwd then folds each pair into the block's int32 sums:
+// the low columns' as they are, the whole bytes' as 16 times the high
+// nibbles' plus the low ones'. The same sums, so the same bits, as the
+// vpdpbusd form. Against AxpyRows' fp32 chain, on the Emerald Rapids VM with
+// dispatch forced to AVX2 and AVX-VNNI hidden (`gather_bench --types
+// q4_0s,q4_0 --kernels axpy,axpy-int --threads 1 --clock cpu
+// --hide-cpu-extensions`, three rounds): in L2 (`--shapes 2048x512,768x1024
+// --parts 1 --rotate-mib 1`) Q4_0S 4.6-7.1 -> 7.5-10.4 GB/s (2048 wide) and
+// 4.7-6.6 -> 7.7-11.3 (768), Q4_0 4.0-5.8 -> 6.4-8.9; from DRAM, every row
+// in order, Q4_0S 4.8-6.7 -> 6.4-8.0 (2048) and 5.7-6.6 -> 9.1-9.2 (768,
+// two rounds; the third ran in a slow spell), Q4_0 4.1-5.5 -> 6.4-8.0
+// (2048); a random quarter of rows 2048 wide, Q4_0S 4.5-6.6 -> 5.9-7.4 and
+// Q4_0 3.6-5.5 -> 6.3-7.7. `sparrow
+// bench -p 0 -t 1` (extensions hidden through HideCpuExtensionsForTest in a
+// throwaway build): 125M-shaped Q4_0S dip bundle `-n 64` 92.8-98.0 ->
+// 109.9-134.7 tok/s (four rounds), 1.1B-shaped `-n 32` 9.9-11.5 ->
+// 13.5-15.5 (three).
+template <size_t kQuads>
+HWY_INLINE void QuadsBlockPairs(const QuadRows& pass, const uint32_t (*bhi)[kAxpyIntSpanBlocks],
+                                const uint32_t (*blo)[kAxpyIntSpanBlocks], size_t at, size_t j,
+                                int32_t* HWY_RESTRICT sums) {
+  static_assert(kQuads <= kQuadsPerPass && kQuadsPerPass * 2 * 15 * 128 <= 32767);
+  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
+  __m256i acc[8];  // as QuadsBlock's, the whole bytes' replaced by the high nibbles'
+  for (size_t v = 0; v < 8; ++v) acc[v] = _mm256_setzero_si256();
+  for (size_t q = 0; q < kQuads; ++q) {
+    const uint8_t* const* r4 = pass.rows + 4 * q;
+    const auto load = [&](size_t r) HWY_ATTR {
+      return _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(r4[r] + at)));
+    };
+    const __m256i x0 = load(0), x1 = load(1), x2 = load(2), x3 = load(3);
+    const __m256i p01l = _mm256_unpacklo_epi8(x0, x1), p01h = _mm256_unpackhi_epi8(x0, x1);
+    const __m256i p23l = _mm256_unpacklo_epi8(x2, x3), p23h = _mm256_unpackhi_epi8(x2, x3);
+    const __m256i w[2] = {_mm256_blend_epi32(_mm256_unpacklo_epi16(p01l, p23l),
+                                             _mm256_unpackhi_epi16(p01l, p23l), 0xF0),
+                          _mm256_blend_epi32(_mm256_unpacklo_epi16(p01h, p23h),
+                                             _mm256_unpackhi_epi16(p01h, p23h), 0xF0)};
+    const __m256i wh = _mm256_set1_epi32(static_cast<int>(bhi[q][j]));
+    const __m256i wl = _mm256_set1_epi32(static_cast<int>(blo[q][j]));
+    for (size_t p = 0; p < 2; ++p) {
+      const __m256i low = _mm256_and_si256(w[p], low_nibbles);
+      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(w[p], 4), low_nibbles);
+      acc[4 * p + 0] = _mm256_add_epi16(acc[4 * p + 0], _mm256_maddubs_epi16(low, wh));
+      acc[4 * p + 1] = _mm256_add_epi16(acc[4 * p + 1], _mm256_maddubs_epi16(low, wl));
+      acc[4 * p + 2] = _mm256_add_epi16(acc[4 * p + 2], _mm256_maddubs_epi16(high, wh));
+      acc[4 * p + 3] = _mm256_add_epi16(acc[4 * p + 3], _mm256_maddubs_epi16(high, wl));
+    }
+  }
+  const __m256i ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi16(16);
+  const auto add = [&](size_t v, __m256i x) HWY_ATTR {
+    __m256i* at_v = reinterpret_cast<__m256i*>(sums + 8 * v);
+    _mm256_storeu_si256(at_v, _mm256_add_epi32(_mm256_loadu_si256(at_v), x));
+  };
+  for (size_t p = 0; p < 2; ++p) {
+    for (size_t b = 0; b < 2; ++b) {  // the multiples' high, then low byte
+      const __m256i low = _mm256_madd_epi16(acc[4 * p + b], ones);
+      add(4 * p + b, low);
+      add(4 * p + 2 + b, _mm256_add_epi32(_mm256_madd_epi16(acc[4 * p + 2 + b], sixteen), low));
+    }
+  }
+}
+
 // The block form for AddPasses: 64 int32 a block at `sums`; a span's last
 // chunk may be short.
+template <bool kVnni>
 struct BlockForm {
   int32_t* sums;
   static HWY_INLINE void Coefficients(const uint8_t* const* rows, const float* s, size_t scale_at,
@@ -793,8 +863,13 @@ struct BlockForm {
                         size_t nibbles_at, size_t s0, size_t span, size_t c) const {
     const size_t end = std::min(span, kQuadChunkBlocks * (c + 1));
     for (size_t j = kQuadChunkBlocks * c; j < end; ++j) {
-      QuadsBlock<kQuads>(pass, whi, wlo, nibbles_at + layout.nibble_stride * j, j,
-                         sums + kBlockSums * (s0 + j));
+      if constexpr (kVnni) {
+        QuadsBlock<kQuads>(pass, whi, wlo, nibbles_at + layout.nibble_stride * j, j,
+                           sums + kBlockSums * (s0 + j));
+      } else {
+        QuadsBlockPairs<kQuads>(pass, whi, wlo, nibbles_at + layout.nibble_stride * j, j,
+                                sums + kBlockSums * (s0 + j));
+      }
     }
   }
 };
@@ -853,7 +928,7 @@ HWY_INLINE SumsLayout LayoutFor(size_t width) {
 #if defined(SPARROW_INT8_VNNI)
   return {width / kQuadChunkCols, width};
 #elif defined(SPARROW_INT8_VNNI_RUNTIME)
-  return {0, width, TargetHasVnni()};
+  return {0, width, TargetHasVnni() || HWY_TARGET == HWY_AVX2};
 #else
   return {0, width};
 #endif
@@ -879,12 +954,22 @@ HWY_INLINE void AxpyIntAddImpl(TensorType type, const uint8_t* const* rows, size
 #endif
 #ifdef SPARROW_INT8_VNNI_RUNTIME
   if (s.blocks) {
-    if (split) {
-      AddPasses<true>(rows, offset, count, row_blocks, b0, width / 32, a, inv_step, s.msum(sums),
-                      BlockForm{sums});
+    const size_t nblocks = width / 32;
+    int32_t* msum = s.msum(sums);
+    if (TargetHasVnni()) {
+      if (split) {
+        AddPasses<true>(rows, offset, count, row_blocks, b0, nblocks, a, inv_step, msum,
+                        BlockForm<true>{sums});
+      } else {
+        AddPasses<false>(rows, offset, count, row_blocks, b0, nblocks, a, inv_step, msum,
+                         BlockForm<true>{sums});
+      }
+    } else if (split) {
+      AddPasses<true>(rows, offset, count, row_blocks, b0, nblocks, a, inv_step, msum,
+                      BlockForm<false>{sums});
     } else {
-      AddPasses<false>(rows, offset, count, row_blocks, b0, width / 32, a, inv_step, s.msum(sums),
-                       BlockForm{sums});
+      AddPasses<false>(rows, offset, count, row_blocks, b0, nblocks, a, inv_step, msum,
+                       BlockForm<false>{sums});
     }
   }
 #endif
@@ -913,7 +998,9 @@ HWY_INLINE bool AxpyIntFastImpl() {
 #elif defined(SPARROW_INT8_VNNI_RUNTIME)
   // AVX3's AxpyRows (512-bit, Q4_0NibbleTable) kept up with the block form
   // from DRAM (the block form's comment has the figures).
-  return HWY_TARGET == HWY_AVX2 && TargetHasVnni();
+  // AVX2 takes the block form with vpdpbusd where the CPU has AVX-VNNI and
+  // with pmaddubsw elsewhere (QuadsBlockPairs has the figures).
+  return HWY_TARGET == HWY_AVX2;
 #else
   return false;
 #endif

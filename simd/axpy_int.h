@@ -19,8 +19,8 @@
 // Why: AxpyRows' fp32 chain costs a conversion and a multiply-add per
 // element and row, which bounds it below the memory's speed with the rows
 // in cache (gather_bench). Here the target's 8-bit dot product
-// (vpdpbusd on x86 with AVX-512 VNNI or AVX-VNNI) multiplies four rows'
-// bytes at once.
+// (vpdpbusd on x86 with AVX-512 VNNI or AVX-VNNI; pmaddubsw on other AVX2
+// CPUs) multiplies four rows' bytes at once.
 //
 // The sums live in a buffer of AxpyIntSumsInts(width) int32 that the
 // caller zeroes before a token's first call; its layout belongs to the SIMD
@@ -58,8 +58,8 @@ inline size_t AxpyIntPassesAhead(size_t row_bytes) {
 
 // Types AxpyIntAdd takes (Q4_0S, Q4_0).
 bool AxpyIntSupports(TensorType type);
-// Whether the current target sums in integers faster than AxpyRows (x86
-// with vpdpbusd: AVX3_DL, and AVX2 where the CPU has AVX-VNNI); elsewhere
+// Whether the current target sums in integers faster than AxpyRows (x86:
+// AVX3_DL with vpdpbusd, and AVX2 with vpdpbusd or pmaddubsw); elsewhere
 // the other forms are for tests and for a token whose calls must agree
 // with such a target's bits.
 bool AxpyIntFast();

@@ -93,8 +93,8 @@ void PrintColumnSums(const bundle::Bundle& b) {
   for (const bundle::UnitGroup& g : b.groups()) bounded &= g.largest_scale > 0.0f;
   const char* how =
       !ops::RowAxpyIntSums::Usable(b.record_type())
-          ? "float multiply-adds (integer sums take q4_0s and q4_0 records on x86 with "
-            "AVX-512 VNNI on the AVX3_DL target, or AVX-VNNI on AVX2)"
+          ? "float multiply-adds (integer sums take q4_0s and q4_0 records on x86's AVX3_DL "
+            "and AVX2 targets)"
       : !bounded ? "float multiply-adds (the bundle records no block-scale bounds: convert it "
                    "again for integer sums)"
       : neuron   ? "exact integer sums of 15-bit multiples (simd/axpy_int.h) where the DRAM "
