@@ -740,6 +740,27 @@ HWY_INLINE void BlockCoefficients(const uint8_t* const* rows, const float* s, si
   }
 }
 
+// One block's 16 nibble bytes of a quad's four rows (r4, `at` bytes in),
+// each broadcast into both 128-bit halves and interleaved by byte and word
+// unpacks and a blend: w[0] holds bytes 0-3 | 4-7 of the four rows, w[1]
+// bytes 8-11 | 12-15, each 32-bit lane one byte of every row.
+struct QuadBlockWords {
+  __m256i w[2];
+};
+HWY_INLINE QuadBlockWords InterleaveQuadBlock(const uint8_t* const* r4, size_t at) {
+  const auto load = [&](size_t r) HWY_ATTR {
+    return _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(r4[r] + at)));
+  };
+  const __m256i x0 = load(0), x1 = load(1), x2 = load(2), x3 = load(3);
+  const __m256i p01l = _mm256_unpacklo_epi8(x0, x1), p01h = _mm256_unpackhi_epi8(x0, x1);
+  const __m256i p23l = _mm256_unpacklo_epi8(x2, x3), p23h = _mm256_unpackhi_epi8(x2, x3);
+  return {{_mm256_blend_epi32(_mm256_unpacklo_epi16(p01l, p23l), _mm256_unpackhi_epi16(p01l, p23l),
+                              0xF0),
+           _mm256_blend_epi32(_mm256_unpacklo_epi16(p01h, p23h), _mm256_unpackhi_epi16(p01h, p23h),
+                              0xF0)}};
+}
+
 // Block j (of the span) of one pass: its kQuads quads added to the
 // block's eight vectors of sums at `sums`.
 template <size_t kQuads>
@@ -752,19 +773,8 @@ HWY_INLINE void QuadsBlock(const QuadRows& pass, const uint32_t (*bhi)[kAxpyIntS
     acc[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + 8 * v));
   }
   for (size_t q = 0; q < kQuads; ++q) {
-    const uint8_t* const* r4 = pass.rows + 4 * q;
-    const auto load = [&](size_t r) HWY_ATTR {
-      return _mm256_broadcastsi128_si256(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(r4[r] + at)));
-    };
-    const __m256i x0 = load(0), x1 = load(1), x2 = load(2), x3 = load(3);
-    const __m256i p01l = _mm256_unpacklo_epi8(x0, x1), p01h = _mm256_unpackhi_epi8(x0, x1);
-    const __m256i p23l = _mm256_unpacklo_epi8(x2, x3), p23h = _mm256_unpackhi_epi8(x2, x3);
-    // Bytes 0-3 | 4-7 and 8-11 | 12-15 of the four rows.
-    const __m256i w[2] = {_mm256_blend_epi32(_mm256_unpacklo_epi16(p01l, p23l),
-                                             _mm256_unpackhi_epi16(p01l, p23l), 0xF0),
-                          _mm256_blend_epi32(_mm256_unpacklo_epi16(p01h, p23h),
-                                             _mm256_unpackhi_epi16(p01h, p23h), 0xF0)};
+    const QuadBlockWords words = InterleaveQuadBlock(pass.rows + 4 * q, at);
+    const __m256i* w = words.w;
     const __m256i wh = _mm256_set1_epi32(static_cast<int>(bhi[q][j]));
     const __m256i wl = _mm256_set1_epi32(static_cast<int>(blo[q][j]));
     for (size_t p = 0; p < 2; ++p) {
@@ -810,18 +820,8 @@ HWY_INLINE void QuadsBlockPairs(const QuadRows& pass, const uint32_t (*bhi)[kAxp
   __m256i acc[8];  // as QuadsBlock's, the whole bytes' replaced by the high nibbles'
   for (size_t v = 0; v < 8; ++v) acc[v] = _mm256_setzero_si256();
   for (size_t q = 0; q < kQuads; ++q) {
-    const uint8_t* const* r4 = pass.rows + 4 * q;
-    const auto load = [&](size_t r) HWY_ATTR {
-      return _mm256_broadcastsi128_si256(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(r4[r] + at)));
-    };
-    const __m256i x0 = load(0), x1 = load(1), x2 = load(2), x3 = load(3);
-    const __m256i p01l = _mm256_unpacklo_epi8(x0, x1), p01h = _mm256_unpackhi_epi8(x0, x1);
-    const __m256i p23l = _mm256_unpacklo_epi8(x2, x3), p23h = _mm256_unpackhi_epi8(x2, x3);
-    const __m256i w[2] = {_mm256_blend_epi32(_mm256_unpacklo_epi16(p01l, p23l),
-                                             _mm256_unpackhi_epi16(p01l, p23l), 0xF0),
-                          _mm256_blend_epi32(_mm256_unpacklo_epi16(p01h, p23h),
-                                             _mm256_unpackhi_epi16(p01h, p23h), 0xF0)};
+    const QuadBlockWords words = InterleaveQuadBlock(pass.rows + 4 * q, at);
+    const __m256i* w = words.w;
     const __m256i wh = _mm256_set1_epi32(static_cast<int>(bhi[q][j]));
     const __m256i wl = _mm256_set1_epi32(static_cast<int>(blo[q][j]));
     for (size_t p = 0; p < 2; ++p) {
