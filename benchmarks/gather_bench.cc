@@ -50,8 +50,9 @@
 // are four short streams side by side, which the hardware prefetchers do
 // not run ahead of as they do DotRows' four long ones. `read-int` does the
 // same in the order of AxpyRows' integer form (axpy-int): sixteen entries
-// side by side, led by software prefetches as many groups ahead as its
-// kernel (simd::AxpyIntPassesAhead).
+// side by side, one from each sixteenth of the list
+// (simd::AxpyIntPassOrder), led by software prefetches as many groups
+// ahead as its kernel (simd::AxpyIntPassesAhead).
 //
 // Shapes are D_MODELxCOUNT. With --tokens N > 1 the figures are for a
 // prompt batch (each row read once for all N tokens; compute-bound).
@@ -334,7 +335,8 @@ float IntegerStep(TensorType type, const std::vector<const uint8_t*>& rows, size
 //    kPrefetchAhead bytes ahead, running on into the rows of the four
 //    LeadGroups ahead;
 //  - the integer sums' (simd/axpy_int-inl.h, the quad form): sixteen
-//    consecutive entries at a time, line by line across the sixteen, each
+//    entries at a time, the next of each sixteenth of the list
+//    (simd::AxpyIntPassOrder), line by line across the sixteen, each
 //    line of a later sixteen (simd::AxpyIntPassesAhead) prefetched into L2
 //    as the same line of these is read, and the sixteens between them
 //    before the first is read.
@@ -350,6 +352,14 @@ uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, Re
       for (size_t r = 0; r < 4; ++r) reordered.push_back(list[i + r * q]);
     }
     for (size_t k = 4 * q; k < count; ++k) reordered.push_back(list[k]);
+    rows = reordered.data();
+  } else if (order == ReadOrder::kAxpyInt) {
+    reordered.resize(count);
+    simd::AxpyIntPassOrder passes(count, nullptr);
+    size_t index[simd::AxpyIntPassOrder::kParts];
+    for (size_t k = 0, n; (n = passes.Next(index, simd::AxpyIntPassOrder::kParts)) > 0; k += n) {
+      for (size_t r = 0; r < n; ++r) reordered[k + r] = list[index[r]];
+    }
     rows = reordered.data();
   }
   const size_t group = order == ReadOrder::kAxpyInt ? 16 : 4;

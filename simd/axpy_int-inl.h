@@ -224,15 +224,16 @@ struct QuadRows {
   size_t quads = 0;
 };
 
-// Fills `out` from the nonzero-coefficient rows at and after `*k`.
-HWY_INLINE void NextQuadRows(const uint8_t* const* rows, size_t count, const float* a,
-                             float inv_step, size_t* k, QuadRows* out) {
-  size_t n = 0;
-  for (; *k < count && n < 4 * kQuadsPerPass; ++*k) {
-    if (a[*k] == 0.0f) continue;
-    out->rows[n] = rows[*k];
-    out->s[n] = a[*k] * inv_step;
-    ++n;
+// Fills `out` with the next pass of `order` (rows whose coefficient is
+// nonzero): a row of each of its parts, each part one stream.
+static_assert(4 * kQuadsPerPass == AxpyIntPassOrder::kParts);
+HWY_INLINE void NextQuadRows(const uint8_t* const* rows, const float* a, float inv_step,
+                             AxpyIntPassOrder* order, QuadRows* out) {
+  size_t index[4 * kQuadsPerPass];
+  size_t n = order->Next(index, 4 * kQuadsPerPass);
+  for (size_t r = 0; r < n; ++r) {
+    out->rows[r] = rows[index[r]];
+    out->s[r] = a[index[r]] * inv_step;
   }
   out->quads = (n + 3) / 4;
   for (; n < 4 * out->quads; ++n) {
@@ -269,7 +270,8 @@ HWY_INLINE void PrefetchPassChunk(const QuadRows& pass, size_t nibbles_at, size_
   }
 }
 
-// Passes of sixteen rows (the nonzero-coefficient ones, in order) over
+// Passes of sixteen rows (the nonzero-coefficient ones, in
+// AxpyIntPassOrder's order: a row of each sixteenth of the list) over
 // blocks [b0, b0 + nblocks) of rows with row_blocks blocks, for the quad
 // and the block forms (Form: QuadForm, BlockForm). For each span of
 // kAxpyIntSpanBlocks blocks and each pass, Form::Coefficients gives every
@@ -292,6 +294,20 @@ HWY_INLINE void PrefetchPassChunk(const QuadRows& pass, size_t nibbles_at, size_
 // The loads alone in this order (`--kernels read-int`) read Q4_0S rows
 // 2048 wide at 26.2-28.2 GB/s two passes ahead and 20.8-22.9 one ahead;
 // the kernel, at 21-24 either way, does not follow.
+//
+// Which rows make a pass (AxpyIntPassOrder): one of each sixteenth of the
+// list, so that each row of a pass continues a stream of its own, instead
+// of sixteen consecutive rows (2 vCPU Emerald Rapids VM, AVX3_DL, one
+// thread, `gather_bench --types q4_0s,q4_0 --shapes
+// 2048x5632,768x3072,4096x11008 --kernels axpy-int --clock cpu`, three
+// alternated rounds, % of the probe): every row in order, Q4_0S 2048 wide
+// 64-72 -> 84-89, 768 wide 68-75 -> 85, 4096 wide 64-67 -> 74-90; Q4_0 2048
+// wide 58-68 -> 71-81, 768 wide 57-66 -> 83-86; a quarter of the rows in
+// order, Q4_0S 2048 wide 52-58 -> 61-76; in random order, unchanged. Fewer
+// streams of more rows each read less: eight parts giving two consecutive
+// rows a pass 76-79%, four giving four 71-73%, against 84-86% (Q4_0S 2048
+// wide, every row); 32 parts with eight quads a pass no more (76-85%
+// against 84-86%). The prefetch distance still counts: with none, 69-70%.
 template <bool kSplit, class Form>
 HWY_INLINE void AddPasses(const uint8_t* const* rows, size_t offset, size_t count,
                           size_t row_blocks, size_t b0, size_t nblocks, const float* a,
@@ -311,8 +327,8 @@ HWY_INLINE void AddPasses(const uint8_t* const* rows, size_t offset, size_t coun
     static_assert(4 * kQuadsPerPass == 16);
     const size_t ahead = AxpyIntPassesAhead(span_chunks * (kChunkBytes + (kSplit ? 8 : 0)));
     QuadRows ring[kAxpyIntMaxPassesAhead + 1];
-    size_t k = 0;
-    for (size_t j = 0; j <= ahead; ++j) NextQuadRows(rows, count, a, inv_step, &k, &ring[j]);
+    AxpyIntPassOrder order(count, a);
+    for (size_t j = 0; j <= ahead; ++j) NextQuadRows(rows, a, inv_step, &order, &ring[j]);
     // The passes no earlier pass prefetches.
     for (size_t j = 1; j < ahead; ++j) {
       for (size_t c = 0; c < span_chunks; ++c) {
@@ -343,7 +359,7 @@ HWY_INLINE void AddPasses(const uint8_t* const* rows, size_t offset, size_t coun
             break;
         }
       }
-      NextQuadRows(rows, count, a, inv_step, &k, &pass);  // pass i + ahead + 1
+      NextQuadRows(rows, a, inv_step, &order, &pass);  // pass i + ahead + 1
     }
   }
 }

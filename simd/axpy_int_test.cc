@@ -213,6 +213,62 @@ TEST_CASE("AxpyIntAdd reads its rows `offset` bytes after their pointers") {
   });
 }
 
+TEST_CASE("AxpyIntPassOrder takes every nonzero row once, one of each sixteenth a pass, in order") {
+  constexpr size_t kParts = AxpyIntPassOrder::kParts;
+  std::mt19937 rng(5);
+  for (size_t count : {0, 1, 5, 15, 16, 17, 100, 333}) {
+    // Which coefficients are zero: none, a random quarter, the first part
+    // whole and one row in three after it, every one.
+    for (int zeros = 0; zeros < 4; ++zeros) {
+      std::vector<float> a(count, 1.0f);
+      std::bernoulli_distribution quarter(0.25);
+      for (size_t k = 0; k < count; ++k) {
+        if ((zeros == 1 && quarter(rng)) || (zeros == 2 && (k < count / kParts || k % 3 == 0)) ||
+            zeros == 3) {
+          a[k] = 0.0f;
+        }
+      }
+      const auto part_of = [&](size_t k) {
+        size_t j = 0;
+        while (k >= count * (j + 1) / kParts) ++j;
+        return j;
+      };
+      for (size_t most : {kParts, size_t{4}}) {
+        INFO("count ", count, " zeros ", zeros, " most ", most);
+        AxpyIntPassOrder order(count, a.data());
+        std::vector<size_t> taken(count, 0), last_in_part(kParts, SIZE_MAX);
+        std::vector<size_t> index(most);
+        std::vector<std::vector<size_t>> passes;
+        for (size_t n; (n = order.Next(index.data(), most)) > 0;) {
+          passes.emplace_back(index.begin(), index.begin() + n);
+        }
+        CHECK(order.Next(index.data(), most) == 0);
+        for (size_t p = 0; p < passes.size(); ++p) {
+          // Short only at the end.
+          if (p + 1 < passes.size()) CHECK(passes[p].size() == most);
+          for (size_t k : passes[p]) {
+            REQUIRE(k < count);
+            CHECK(a[k] != 0.0f);
+            ++taken[k];
+            // Each part is read in its own order, as one stream.
+            const size_t j = part_of(k);
+            CHECK((last_in_part[j] == SIZE_MAX || last_in_part[j] < k));
+            last_in_part[j] = k;
+          }
+        }
+        for (size_t k = 0; k < count; ++k) CHECK(taken[k] == (a[k] != 0.0f ? 1u : 0u));
+        // With no zeros and sixteen rows a pass, pass p holds row p of each
+        // part while every part has one.
+        if (zeros == 0 && most == kParts && count >= kParts) {
+          for (size_t p = 0; p < count / kParts; ++p) {
+            for (size_t j = 0; j < kParts; ++j) CHECK(passes[p][j] == count * j / kParts + p);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("AxpyIntFast is AVX3_DL and AVX2, with or without AVX-VNNI") {
   ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
     INFO(target.name, hidden ? " (extensions hidden)" : "");
