@@ -51,8 +51,8 @@
 // not run ahead of as they do DotRows' four long ones. `read-int` does the
 // same in the order of AxpyRows' integer form (axpy-int): sixteen entries
 // side by side, one from each sixteenth of the list
-// (simd::AxpyIntPassOrder), led by software prefetches as many groups
-// ahead as its kernel (simd::AxpyIntPassesAhead).
+// (simd::AxpyIntPassOrder), each of the sixteen streams led by software
+// prefetches as far ahead as its kernel's (simd::AxpyIntPrefetchDistance).
 //
 // Shapes are D_MODELxCOUNT. With --tokens N > 1 the figures are for a
 // prompt batch (each row read once for all N tokens; compute-bound).
@@ -336,13 +336,14 @@ float IntegerStep(TensorType type, const std::vector<const uint8_t*>& rows, size
 //    LeadGroups ahead;
 //  - the integer sums' (simd/axpy_int-inl.h, the quad form): sixteen
 //    entries at a time, the next of each sixteenth of the list
-//    (simd::AxpyIntPassOrder), line by line across the sixteen, each
-//    line of a later sixteen (simd::AxpyIntPassesAhead) prefetched into L2
-//    as the same line of these is read, and the sixteens between them
-//    before the first is read.
+//    (simd::AxpyIntPassOrder), line by line across the sixteen, each of
+//    the sixteen streams prefetched into L2 `int_distance` bytes ahead
+//    (simd::AxpyIntPrefetchDistance), its first `int_distance` bytes
+//    before the first line is read.
 enum class ReadOrder { kDot, kAxpy, kAxpyInt };
 
-uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, ReadOrder order) {
+uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, ReadOrder order,
+                  size_t int_distance) {
   thread_local std::vector<const uint8_t*> reordered;
   const uint8_t* const* rows = list;
   if (order == ReadOrder::kDot) {
@@ -367,17 +368,27 @@ uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, Re
   // the row it lands in a later group's rows, at the same offset.
   const size_t ahead = order == ReadOrder::kAxpy  ? std::min(simd::kPrefetchAhead, row_bytes)
                        : order == ReadOrder::kDot ? row_bytes
-                                                  : simd::AxpyIntPassesAhead(row_bytes) * row_bytes;
+                                                  : int_distance;
   const bool into_l2 = order == ReadOrder::kAxpyInt || simd::PrefetchIntoL2(4, ahead);
   // Groups ahead that a position past the row's end maps to: the integer
-  // sums count whole passes in `ahead`, the others run LeadGroups ahead.
+  // sums' streams run on into the next group's rows, the others
+  // LeadGroups ahead.
   const size_t lead = order == ReadOrder::kAxpyInt ? 1 : simd::LeadGroups(row_bytes);
-  // The groups before the one the first group prefetches are prefetched
-  // before reading it. (Plain loops: with the prefetches in a lambda this
-  // order read at half the speed.)
-  const size_t before = order == ReadOrder::kAxpyInt ? ahead / row_bytes : lead;
-  for (size_t r = group; r < std::min(before * group, count); ++r) {
-    for (size_t o = 0; o < row_bytes; o += 64) simd::PrefetchLine(rows[r] + o, into_l2);
+  // What no group prefetches is prefetched before the first is read: the
+  // integer sums' streams up to `ahead`, the others' groups before the one
+  // the first group prefetches. (Plain loops: with the prefetches in a
+  // lambda this order read at half the speed.)
+  if (order == ReadOrder::kAxpyInt) {
+    for (size_t p = 0; p < ahead; p += 64) {
+      const size_t first = p / row_bytes * group;
+      for (size_t r = first; r < std::min(first + group, count); ++r) {
+        simd::PrefetchLine(rows[r] + p % row_bytes, into_l2);
+      }
+    }
+  } else {
+    for (size_t r = group; r < std::min(lead * group, count); ++r) {
+      for (size_t o = 0; o < row_bytes; o += 64) simd::PrefetchLine(rows[r] + o, into_l2);
+    }
   }
   uint64_t sum = 0;
   for (size_t k = 0; k < count; k += group) {
@@ -405,11 +416,12 @@ uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, Re
 std::atomic<uint64_t> g_read_sink{0};  // keeps ReadRows' loads
 
 void Reads(const std::vector<const uint8_t*>& rows, size_t row_bytes, ReadOrder order,
-           CallTimer& timer) {
+           CallTimer& timer, size_t int_distance = 0) {
   ParallelFor(rows.size(), Grain(row_bytes), [&](size_t begin, size_t end, int) {
     timer.Body([&] {
-      g_read_sink.fetch_add(ReadRows(rows.data() + begin, end - begin, row_bytes, order),
-                            std::memory_order_relaxed);
+      g_read_sink.fetch_add(
+          ReadRows(rows.data() + begin, end - begin, row_bytes, order, int_distance),
+          std::memory_order_relaxed);
     });
   });
 }
@@ -641,7 +653,8 @@ int Main(int argc, char** argv) {
                   Reads(rows, caches.part_bytes, ReadOrder::kAxpy, timer);
                   break;
                 case Kernel::kReadInt:
-                  Reads(rows, caches.part_bytes, ReadOrder::kAxpyInt, timer);
+                  Reads(rows, caches.part_bytes, ReadOrder::kAxpyInt, timer,
+                        simd::AxpyIntPrefetchDistance(type == TensorType::kQ4_0S, cols / 32));
                   break;
               }
               return timer.Seconds();

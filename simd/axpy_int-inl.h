@@ -251,23 +251,42 @@ inline constexpr size_t kQuadChunkBlocks = 4;
 template <bool kSplit>
 inline constexpr size_t kQuadChunkBytes = kQuadChunkBlocks * (kSplit ? 16 : sizeof(BlockQ4_0));
 
-// Prefetches into L2 chunk c of a pass's rows for a span whose first
-// nibble byte is at `nibbles_at` and first scale at `scale_at` (Q4_0S: its
-// scales, 8 bytes a chunk, with the first chunks).
-template <bool kSplit>
-HWY_INLINE void PrefetchPassChunk(const QuadRows& pass, size_t nibbles_at, size_t scale_at,
-                                  size_t c, size_t span_chunks) {
-  constexpr size_t kChunkBytes = kQuadChunkBytes<kSplit>;
-  const size_t at = nibbles_at + kChunkBytes * c;
-  for (size_t r = 0; r < 4 * pass.quads; ++r) {
-    PrefetchLine(pass.rows[r] + at, /*into_l2=*/true);
-    if (!kSplit) {  // 72 bytes: the next line or two
-      PrefetchLine(pass.rows[r] + at + 64, /*into_l2=*/true);
-      PrefetchLine(pass.rows[r] + at + kChunkBytes - 1, /*into_l2=*/true);
-    } else if (64 * c < 8 * span_chunks + 64) {
-      PrefetchLine(pass.rows[r] + scale_at + 64 * c, /*into_l2=*/true);
+// Where a span's bytes lie in each row, for the prefetches, which walk
+// them as a stream of 64-byte steps (AxpyIntStreamBytes): Q4_0S rows' scales
+// from `scale_at`, then the data from `data_at` (Q4_0S: the nibbles; Q4_0:
+// the blocks, scales among them, and no scale part).
+struct SpanStream {
+  size_t scale_at, scale_bytes, scale_steps;  // scale_steps: the scales' stream bytes
+  size_t data_at, data_bytes;
+  size_t bytes;  // a row's stream bytes
+
+  // Prefetches into L2 the line at stream byte `at` (a multiple of 64,
+  // below `bytes`) of `row`, and the last line of the part it lies in
+  // where this is the part's last step (parts need not start on a line).
+  HWY_INLINE void Prefetch(const uint8_t* row, size_t at) const {
+    if (at < scale_steps) {
+      PrefetchLine(row + scale_at + at, /*into_l2=*/true);
+      if (at + 64 >= scale_bytes) PrefetchLine(row + scale_at + scale_bytes - 1, true);
+    } else {
+      const size_t o = at - scale_steps;
+      PrefetchLine(row + data_at + o, /*into_l2=*/true);
+      if (o + 64 >= data_bytes) PrefetchLine(row + data_at + data_bytes - 1, true);
     }
   }
+};
+
+// Prefetches stream line `line` counted from the start of pass i's rows
+// (ring[(i + j) % (ahead + 1)] holds pass i + j): that line of each row of
+// the pass it falls in, if the ring holds it. (Subtracts rather than
+// divides: `line` is at most a few passes' lines.)
+HWY_INLINE void PrefetchStreamLine(const QuadRows* ring, size_t i, size_t ahead,
+                                   const SpanStream& stream, size_t pass_lines, size_t line) {
+  size_t j = i;
+  for (; line >= pass_lines; line -= pass_lines) {
+    if (++j > i + ahead) return;
+  }
+  const QuadRows& pass = ring[j % (ahead + 1)];
+  for (size_t r = 0; r < 4 * pass.quads; ++r) stream.Prefetch(pass.rows[r], 64 * line);
 }
 
 // Passes of sixteen rows (the nonzero-coefficient ones, in
@@ -279,21 +298,30 @@ HWY_INLINE void PrefetchPassChunk(const QuadRows& pass, size_t nibbles_at, size_
 // Form::Chunk<quads> adds the pass's rows to the sums of each chunk of the
 // span (the last may be short in the block form).
 //
-// Each pass prefetches a later pass, a chunk at a time as it sums its own:
-// as many passes ahead as cover 12 KB of rows (AxpyIntPassesAhead), so two
-// for rows 768 or 1024 wide, three for 512, one from 1536 on. Against one
-// pass ahead everywhere (Zen 4 VM, `gather_bench --kernels axpy-int
-// --threads 1 --clock cpu`, alternated): every row in order, Q4_0S 768 wide
-// 21.6-22.1 GB/s against 19.1-20.1 and Q4_0 17.7-18.3 against 13.8-15.3 (ten
-// rounds), Q4_0S 1024 wide 23.3-24.7 against 19.8-21.4 and 512 wide
-// 19.2-20.5 against 15.1-15.8 (six rounds, one slow outlier each); a
-// quarter of rows 768 wide in order and in random order the same (sixteen
-// rounds, medians 16.0 and 16.0, 10.4 and 10.5 GB/s). Two passes ahead for
-// every width left Q4_0S rows 2048 wide where they were (twelve rounds,
-// medians 22.5 both) and took rows 6144 wide from 18.0-19.2 to 17.0-18.6.
-// The loads alone in this order (`--kernels read-int`) read Q4_0S rows
-// 2048 wide at 26.2-28.2 GB/s two passes ahead and 20.8-22.9 one ahead;
-// the kernel, at 21-24 either way, does not follow.
+// The prefetches follow each of a pass's sixteen streams (a row of each
+// sixteenth of the list, below) a fixed distance ahead of where the kernel
+// reads, counted in the bytes of a row's stream (SpanStream):
+// AxpyIntPrefetchDistance, kAxpyIntPrefetchLeadBytes past what a pass
+// needs of a row when it starts (Q4_0S: the scales; Q4_0: the whole row,
+// whose scales lie among its blocks), each chunk prefetching its share of a
+// pass's lines. Before, each pass prefetched a later pass whole, a chunk
+// at a time (the same chunk of the rows of as many passes ahead as covered
+// 12 KB: one for rows 2048 wide, two for 768, which on a Zen 4 VM had beaten
+// one pass ahead everywhere). Against that, with the rows already in
+// sixteenths (2 vCPU Emerald Rapids VM, AVX3_DL, one thread, `gather_bench
+// --types q4_0s,q4_0 --shapes 2048x5632,768x3072,4096x11008 --kernels
+// axpy-int --clock cpu`, three alternated rounds, % of the probe): a
+// quarter of the rows in order, Q4_0S 2048 wide 57-63 -> 64-73, 4096 wide
+// 49-63 -> 58-67, 768 wide 49-52 -> 52-58, Q4_0 768 wide 40-46 -> 45-47
+// (2048 wide, four rounds, 42-54 -> 53-58); the same quarter in random
+// order, Q4_0S 2048 wide 55-60 -> 61-72; every row, Q4_0S 4096 wide 71-76 ->
+// 82-90, 2048 and 768 wide unchanged within the noise. Two threads, Q4_0S
+// 2048 wide: a quarter 54-55 -> 64-66, every row 73-79 -> 77-83. Lead
+// distances of 256 to 512 bytes measured alike; a whole row ahead (1152
+// bytes from the scales, as before) read the quarter of rows 2048 wide at
+// 64-66%. Dispatch forced to AVX2 (the block form, bound by its
+// arithmetic), plain Q4_0 rows 2048 wide read a little less (four rounds,
+// every row 61-70 -> 57-68).
 //
 // Which rows make a pass (AxpyIntPassOrder): one of each sixteenth of the
 // list, so that each row of a pass continues a stream of its own, instead
@@ -313,7 +341,6 @@ HWY_INLINE void AddPasses(const uint8_t* const* rows, size_t offset, size_t coun
                           size_t row_blocks, size_t b0, size_t nblocks, const float* a,
                           float inv_step, int32_t* HWY_RESTRICT msum, const Form& form) {
   const Q4_0Layout layout = Q4_0Layout::For(kSplit, row_blocks);
-  constexpr size_t kChunkBytes = kQuadChunkBytes<kSplit>;
   alignas(64) uint32_t whi[kQuadsPerPass][kAxpyIntSpanBlocks];
   alignas(64) uint32_t wlo[kQuadsPerPass][kAxpyIntSpanBlocks];
   for (size_t s0 = 0; s0 < nblocks; s0 += kAxpyIntSpanBlocks) {
@@ -322,28 +349,37 @@ HWY_INLINE void AddPasses(const uint8_t* const* rows, size_t offset, size_t coun
     const size_t sb = b0 + s0;  // the span's first block in the row
     const size_t scale_at = offset + layout.scale_stride * sb;
     const size_t nibbles_at = offset + layout.nibbles_at + layout.nibble_stride * sb;
-    // Passes i .. i + ahead in ring[(i .. i + ahead) % (ahead + 1)]; each
-    // row's span holds its nibbles and (Q4_0S) 8 bytes of scales a chunk.
-    static_assert(4 * kQuadsPerPass == 16);
-    const size_t ahead = AxpyIntPassesAhead(span_chunks * (kChunkBytes + (kSplit ? 8 : 0)));
+    const SpanStream stream{scale_at,
+                            kSplit ? 2 * span : 0,
+                            AxpyIntScaleStreamBytes(kSplit, span),
+                            kSplit ? nibbles_at : scale_at,
+                            (kSplit ? 16 : sizeof(BlockQ4_0)) * span,
+                            AxpyIntStreamBytes(kSplit, span)};
+    // In lines of a row's stream: the prefetch distance, and a pass's lines.
+    const size_t distance = AxpyIntPrefetchDistance(kSplit, span) / 64;
+    const size_t pass_lines = stream.bytes / 64;
+    // Passes i .. i + ahead in ring[(i .. i + ahead) % (ahead + 1)]: as
+    // many as the distance reaches into.
+    const size_t ahead = std::min(kAxpyIntMaxPassesAhead, (distance + pass_lines - 1) / pass_lines);
     QuadRows ring[kAxpyIntMaxPassesAhead + 1];
     AxpyIntPassOrder order(count, a);
     for (size_t j = 0; j <= ahead; ++j) NextQuadRows(rows, a, inv_step, &order, &ring[j]);
-    // The passes no earlier pass prefetches.
-    for (size_t j = 1; j < ahead; ++j) {
-      for (size_t c = 0; c < span_chunks; ++c) {
-        PrefetchPassChunk<kSplit>(ring[j], nibbles_at, scale_at, c, span_chunks);
-      }
+    // The lines no pass prefetches.
+    for (size_t line = 0; line < distance; ++line) {
+      PrefetchStreamLine(ring, 0, ahead, stream, pass_lines, line);
     }
     for (size_t i = 0; ring[i % (ahead + 1)].quads > 0; ++i) {
       QuadRows& pass = ring[i % (ahead + 1)];
-      const QuadRows& fetch = ring[(i + ahead) % (ahead + 1)];
       for (size_t q = 0; q < pass.quads; ++q) {
         Form::Coefficients(pass.rows + 4 * q, pass.s + 4 * q, scale_at, layout.scale_stride, span,
                            whi[q], wlo[q], msum + s0);
       }
+      // Each chunk prefetches its share of a pass's lines, `distance` ahead.
+      size_t line = distance;
       for (size_t c = 0; c < span_chunks; ++c) {
-        PrefetchPassChunk<kSplit>(fetch, nibbles_at, scale_at, c, span_chunks);
+        for (const size_t end = (c + 1) * pass_lines / span_chunks + distance; line < end; ++line) {
+          PrefetchStreamLine(ring, i, ahead, stream, pass_lines, line);
+        }
         switch (pass.quads) {
           case 1:
             form.template Chunk<1>(pass, whi, wlo, layout, nibbles_at, s0, span, c);

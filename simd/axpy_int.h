@@ -42,18 +42,34 @@ inline constexpr int32_t kAxpyIntMaxMultiple = 32639;
 // sums hold 65536 rows' terms of up to 127 * 255 each.
 inline constexpr size_t kAxpyIntMaxRows = 65536;
 
-// Where the sums read sixteen rows side by side (x86 with AVX-512 VNNI),
-// each pass over sixteen rows prefetches a later one: the first whose
-// distance covers at least kAxpyIntPrefetchBytes of rows, at most
-// kAxpyIntMaxPassesAhead passes ahead (simd/axpy_int-inl.h, AddQuads, has
-// the measurements).
-inline constexpr size_t kAxpyIntPrefetchBytes = 12 * 1024;
+// Where the sums read sixteen rows side by side (the quad and block forms),
+// each row of a pass is the next step of one of sixteen streams
+// (AxpyIntPassOrder), and the kernel prefetches each stream (into L2) a
+// fixed distance ahead of where it reads: kAxpyIntPrefetchLeadBytes past
+// what it must have of a row when the row's pass starts, which is a Q4_0S
+// row's scales (its nibbles are then read in order) and a plain Q4_0 row
+// whole (its scales lie among its nibbles). The distance is counted in the
+// bytes of a row's stream (AxpyIntStreamBytes) and reaches at most
+// kAxpyIntMaxPassesAhead passes ahead. simd/axpy_int-inl.h, AddPasses, has
+// the measurements.
+inline constexpr size_t kAxpyIntPrefetchLeadBytes = 256;
 inline constexpr size_t kAxpyIntMaxPassesAhead = 4;
-// Passes ahead for rows of which each pass reads `row_bytes` (> 0).
-inline size_t AxpyIntPassesAhead(size_t row_bytes) {
-  const size_t pass_bytes = 16 * row_bytes;
-  const size_t passes = (kAxpyIntPrefetchBytes + pass_bytes - 1) / pass_bytes;  // >= 1
-  return passes < kAxpyIntMaxPassesAhead ? passes : kAxpyIntMaxPassesAhead;
+
+inline size_t AxpyIntWholeLines(size_t bytes) { return (bytes + 63) / 64 * 64; }
+// The stream of a row over `blocks` blocks of a sweep, in whole 64-byte
+// lines: Q4_0S (split) rows' scales then their nibbles, each part from a
+// line's start; plain Q4_0 rows' blocks.
+inline size_t AxpyIntScaleStreamBytes(bool split, size_t blocks) {
+  return split ? AxpyIntWholeLines(2 * blocks) : 0;
+}
+inline size_t AxpyIntStreamBytes(bool split, size_t blocks) {
+  return split ? AxpyIntScaleStreamBytes(true, blocks) + AxpyIntWholeLines(16 * blocks)
+               : AxpyIntWholeLines(18 * blocks);
+}
+// The prefetch distance in bytes of that stream (a multiple of 64).
+inline size_t AxpyIntPrefetchDistance(bool split, size_t blocks) {
+  return (split ? AxpyIntScaleStreamBytes(true, blocks) : AxpyIntStreamBytes(false, blocks)) +
+         kAxpyIntPrefetchLeadBytes;
 }
 
 // The order in which the sixteen-row forms (the quad and block forms of

@@ -115,11 +115,13 @@ TEST_CASE("AxpyIntAdd and AxpyIntFinish give the reference's bits in any row ord
   // 96: blocks after the last whole chunk only; 160: one chunk and one
   // block; 16544: more than one span of blocks (kAxpyIntSpanBlocks, 512),
   // the second with a chunk and a block (whole rows); counts around the
-  // passes' sixteen rows and the quads' four. The quad form prefetches up
-  // to four passes ahead, more than there are for 160 x 17, and three ahead
-  // over ten passes for 512 x 150.
-  const Shape shapes[] = {{96, 5},    {160, 17},  {2048, 1},  {2048, 70},
-                          {512, 150}, {4160, 21}, {16544, 18}};
+  // passes' sixteen rows and the quads' four. The sixteen-row forms'
+  // prefetches (AxpyIntPrefetchDistance) reach two passes ahead for 160 x
+  // 17 (Q4_0S; three for Q4_0), more than there are, and would reach five
+  // in the block form's Q4_0 rows 96 wide, over the passes of 96 x 90,
+  // where kAxpyIntMaxPassesAhead stops them.
+  const Shape shapes[] = {{96, 5},    {96, 90},   {160, 17},  {2048, 1},
+                          {2048, 70}, {512, 150}, {4160, 21}, {16544, 18}};
   ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
     std::mt19937 rng(7);
     for (TensorType type : kTypes) {
