@@ -321,7 +321,13 @@ HWY_INLINE void PrefetchStreamLine(const QuadRows* ring, size_t i, size_t ahead,
 // bytes from the scales, as before) read the quarter of rows 2048 wide at
 // 64-66%. Dispatch forced to AVX2 (the block form, bound by its
 // arithmetic), plain Q4_0 rows 2048 wide read a little less (four rounds,
-// every row 61-70 -> 57-68).
+// every row 61-70 -> 57-68). With the rows in L2, where no prefetch is
+// needed, the new prefetching costs about 8% (`--shapes 768x1024,2048x512
+// --parts 1 --rotate-mib 1`, three rounds, GB/s): Q4_0S 768 wide
+// 18.5-18.6 -> 16.8-17.3, 2048 wide 21.6-22.9 -> 19.7-20.5, Q4_0 2048 wide
+// 15.0-15.7 -> 13.6-14.2, 768 wide unchanged. Not from its distance (leads
+// of 256 to 2048 bytes ran alike there), nor its divisions or the parts'
+// last lines (versions without either ran alike); not found.
 //
 // Which rows make a pass (AxpyIntPassOrder): one of each sixteenth of the
 // list, so that each row of a pass continues a stream of its own, instead
