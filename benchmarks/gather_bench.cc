@@ -15,7 +15,12 @@
 // consecutive records reads one contiguous span; --layout records keeps
 // whole records back to back, as they are read from flash (the staging a
 // record not admitted to the cache is computed in), so each pass skips a
-// third of every record. The
+// third of every record. With --parts 2 the records are a dip layout's
+// input records ([gate | up]: one column of each projection per input
+// channel), which the axpy kernels sum whole, each part in its own
+// columns (AxpyIntAdd's `parts`; read-int reads them whole too), and
+// DotRows and `read` take as two rows (the float AxpyRows and its read
+// pattern do not run there). The
 // selection is every record in order, a random quarter of them in random
 // order (a token's working set in a cache that is not ordered by need), or
 // the same quarter in order (as the streamed FFN passes a token's cached
@@ -37,7 +42,7 @@
 //
 //   gather_bench [--types q8_0,q4_0,f16,f32] [--shapes 2048x5632,4096x11008]
 //                [--threads 1,2] [--tokens 1] [--reps 15] [--rotate-mib 768]
-//                [--probe-mib 1024] [--parts 3] [--layout split|records]
+//                [--probe-mib 1024] [--parts 3|2|1] [--layout split|records]
 //                [--clock wall|cpu] [--pages huge|small]
 //                [--kernels dot,axpy,axpy-int,read,read-axpy,read-int]
 //
@@ -282,9 +287,12 @@ void Axpys(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols
 // threads split the rows (in whole passes of sixteen), each adds its rows
 // over every column into its own sums, which are then added up and
 // finished into y. `step` is the one an engine would pick (IntegerStep).
-void AxpyInts(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols, const float* a,
-              size_t n, float step, std::vector<int32_t>& sums, float* y, CallTimer& timer) {
-  const size_t count = rows.size(), per_token = simd::AxpyIntSumsInts(cols);
+void AxpyInts(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols, size_t parts,
+              const float* a, size_t n, float step, std::vector<int32_t>& sums, float* y,
+              CallTimer& timer) {
+  // Each row of `parts` parts of `cols` columns, summed in one call
+  // (part p's sums at p * AxpyIntSumsInts(cols)).
+  const size_t count = rows.size(), per_token = parts * simd::AxpyIntSumsInts(cols);
   const size_t threads = static_cast<size_t>(std::max(1, ThreadCount()));
   uint64_t row_bytes = 0;
   if (!TensorTypeBytes(type, cols, &row_bytes)) ThrowInputError("rows of no byte size");
@@ -295,7 +303,7 @@ void AxpyInts(TensorType type, const std::vector<const uint8_t*>& rows, size_t c
       int32_t* mine = sums.data() + static_cast<size_t>(range) * n * per_token;
       for (size_t t = 0; t < n; ++t) {
         simd::AxpyIntAdd(type, rows.data() + begin, end - begin, cols, 0, cols,
-                         a + t * count + begin, 1.0f / step, mine + t * per_token);
+                         a + t * count + begin, 1.0f / step, mine + t * per_token, 0, parts);
       }
     });
   });
@@ -305,7 +313,10 @@ void AxpyInts(TensorType type, const std::vector<const uint8_t*>& rows, size_t c
       for (size_t i = 0; i < n * per_token; ++i) sums[i] += other[i];
     }
     for (size_t t = 0; t < n; ++t) {
-      simd::AxpyIntFinish(cols, sums.data() + t * per_token, step, y + t * cols);
+      for (size_t p = 0; p < parts; ++p) {
+        simd::AxpyIntFinish(cols, sums.data() + t * per_token + p * simd::AxpyIntSumsInts(cols),
+                            step, y + (t * parts + p) * cols);
+      }
     }
   });
 }
@@ -313,10 +324,13 @@ void AxpyInts(TensorType type, const std::vector<const uint8_t*>& rows, size_t c
 // The step an engine would pick: from the largest |a| over the tokens'
 // coefficients and the largest block scale over the rows.
 float IntegerStep(TensorType type, const std::vector<const uint8_t*>& rows, size_t cols,
-                  const float* a, size_t n) {
+                  size_t parts, size_t part_bytes, const float* a, size_t n) {
   float largest_scale = 0.0f, largest_a = 0.0f;
   for (const uint8_t* row : rows) {
-    largest_scale = std::max(largest_scale, simd::LargestBlockScale(type, row, cols));
+    for (size_t p = 0; p < parts; ++p) {
+      largest_scale =
+          std::max(largest_scale, simd::LargestBlockScale(type, row + p * part_bytes, cols));
+    }
   }
   for (size_t i = 0; i < n * rows.size(); ++i) largest_a = std::max(largest_a, std::fabs(a[i]));
   return simd::AxpyIntStep(largest_a, largest_scale);
@@ -438,6 +452,7 @@ int Main(int argc, char** argv) {
   cxxopts::Options options("gather_bench",
                            "DotRows/AxpyRows row bandwidth over a neuron-layout cache, "
                            "and as a percentage of a stream-read probe.");
+  // clang-format off
   options.add_options()
       ("types", "Record types", cxxopts::value<std::string>()->default_value("q8_0,q4_0s,q4_0,f16,f32"))
       ("shapes", "Shapes D_MODELxCOUNT",
@@ -454,7 +469,8 @@ int Main(int argc, char** argv) {
       ("rotate-mib", "Total size of the cache copies that repetitions rotate through",
        cxxopts::value<size_t>()->default_value("768"))
       ("probe-mib", "Stream probe buffer size", cxxopts::value<size_t>()->default_value("1024"))
-      ("parts", "Parts per record: 3 (neuron layout) or 1 (a plain matrix)",
+      ("parts", "Parts per record: 3 (neuron layout), 2 (dip input records, summed whole) or 1 "
+       "(a plain matrix)",
        cxxopts::value<size_t>()->default_value("3"))
       ("layout", "With 3 parts: split ([gate | up] and [down] in two matrices, as the unit "
        "cache holds them) or records (whole records, as read from flash)",
@@ -468,6 +484,7 @@ int Main(int argc, char** argv) {
        "extensions they check at run time (x86 VNNI and BF16, Arm dotprod and i8mm)",
        cxxopts::value<bool>()->default_value("false"))
       ("h,help", "Show this help");
+  // clang-format on
   const auto opts = options.parse(argc, argv);
   if (opts.count("help")) {
     std::cout << options.help() << "\n";
@@ -527,7 +544,7 @@ int Main(int argc, char** argv) {
   g_cpu_clock = clock_name == "cpu";
   const size_t parts = opts["parts"].as<size_t>();
   const bool huge_pages = HugePagesFromFlag(opts["pages"].as<std::string>());
-  if (parts != 1 && parts != 3) ThrowInputError("--parts must be 1 or 3");
+  if (parts < 1 || parts > 3) ThrowInputError("--parts must be 1, 2 or 3");
   const std::string layout = opts["layout"].as<std::string>();
   if (layout != "split" && layout != "records") {
     ThrowInputError("unknown layout '", layout, "' (want split, records)");
@@ -541,11 +558,17 @@ int Main(int argc, char** argv) {
               simd::CpuFeatures().c_str(),
               hide_extensions ? "; run-time extensions hidden" : "");
   std::printf("load average at start: %s\n", LoadAverage().c_str());
-  std::printf("records of %zu part(s)%s%s; tokens per call: %zu; %s clock; median of %d "
-              "repetitions; caches rotate through >= %zu MiB of copies; probe buffer %zu MiB, one "
-              "pass of the rows' size before each repetition\n",
-              parts, parts == 1 ? "" : split ? ", split [gate | up] + [down]" : ", whole",
-              huge_pages ? " on huge pages" : "", n, g_cpu_clock ? "CPU" : "wall", reps, rotate_bytes >> 20, probe_bytes >> 20);
+  std::printf(
+      "records of %zu part(s)%s%s; tokens per call: %zu; %s clock; median of %d "
+      "repetitions; caches rotate through >= %zu MiB of copies; probe buffer %zu MiB, one "
+      "pass of the rows' size before each repetition\n",
+      parts,
+      parts == 1   ? ""
+      : parts == 2 ? ", dip input records [gate | up]"
+      : split      ? ", split [gate | up] + [down]"
+                   : ", whole",
+      huge_pages ? " on huge pages" : "", n, g_cpu_clock ? "CPU" : "wall", reps, rotate_bytes >> 20,
+      probe_bytes >> 20);
   // 1 or 4 streams per thread, whichever reads faster here (as gemv_bench).
   Probe probe(probe_bytes, huge_pages);
   SetThreadCount(thread_counts.front());
@@ -594,8 +617,9 @@ int Main(int argc, char** argv) {
         v = normal(rng);
         if (v == 0.0f) v = 0.5f;  // every row is used
       }
-      std::vector<float> out(2 * n * shape.count), y(n * cols);  // two rows per record at most
-      std::vector<int32_t> sums(simd::AxpyIntSumsInts(cols));
+      // Two rows per record at most; y: two parts' columns at most.
+      std::vector<float> out(2 * n * shape.count), y(2 * n * cols);
+      std::vector<int32_t> sums;
       std::vector<simd::GemvInput> inputs(n);
 
       for (int threads : thread_counts) {
@@ -604,9 +628,16 @@ int Main(int argc, char** argv) {
           if (!run_kernel[ki]) continue;
           const KernelInfo& kernel = kKernels[ki];
           if (kernel.kernel == Kernel::kAxpyInt && !simd::AxpyIntSupports(type)) continue;
+          // Dip input records: the float AxpyRows has no form that sums them whole.
+          if (parts == 2 &&
+              (kernel.kernel == Kernel::kAxpy || kernel.kernel == Kernel::kReadAxpy)) {
+            continue;
+          }
           const size_t part = kernel.reads_down && parts == 3 ? 2 : 0;  // down or gate
-          // Gate and up, or the down part alone.
-          const size_t rows_per_record = parts == 3 && !kernel.reads_down ? 2 : 1;
+          // Gate and up, or the down part alone; dip input records summed
+          // whole (row_parts).
+          const size_t rows_per_record = parts > 1 && !kernel.reads_down ? 2 : 1;
+          const size_t row_parts = parts == 2 && kernel.reads_down ? 2 : 1;
           for (const auto& selection : selections) {
             // Plain names, not a structured binding: Clang 14's lambdas
             // cannot capture one.
@@ -630,7 +661,8 @@ int Main(int argc, char** argv) {
             };
             const size_t count = picked->size() * rows_per_record;
             const float step = kernel.kernel == Kernel::kAxpyInt
-                                   ? IntegerStep(type, rows_of(0), cols, coeff.data(), n)
+                                   ? IntegerStep(type, rows_of(0), cols, row_parts,
+                                                 caches.part_bytes, coeff.data(), n)
                                    : 0.0f;
             CallTimer timer;
             auto run = [&](const std::vector<const uint8_t*>& rows) {
@@ -644,7 +676,8 @@ int Main(int argc, char** argv) {
                   Axpys(type, rows, cols, coeff.data(), n, y.data(), timer);
                   break;
                 case Kernel::kAxpyInt:
-                  AxpyInts(type, rows, cols, coeff.data(), n, step, sums, y.data(), timer);
+                  AxpyInts(type, rows, cols, row_parts, coeff.data(), n, step, sums, y.data(),
+                           timer);
                   break;
                 case Kernel::kRead:
                   Reads(rows, caches.part_bytes, ReadOrder::kDot, timer);
@@ -653,7 +686,7 @@ int Main(int argc, char** argv) {
                   Reads(rows, caches.part_bytes, ReadOrder::kAxpy, timer);
                   break;
                 case Kernel::kReadInt:
-                  Reads(rows, caches.part_bytes, ReadOrder::kAxpyInt, timer,
+                  Reads(rows, row_parts * caches.part_bytes, ReadOrder::kAxpyInt, timer,
                         simd::AxpyIntPrefetchDistance(type == TensorType::kQ4_0S, cols / 32));
                   break;
               }
@@ -688,13 +721,13 @@ int Main(int argc, char** argv) {
             for (int r = 0; r < reps; ++r) {
               const std::vector<const uint8_t*> rows = rows_of(rotation.Next());
               std::fill(y.begin(), y.end(), 0.0f);
-              probe_rates.push_back(probe.Pass(count * caches.part_bytes));
+              probe_rates.push_back(probe.Pass(count * row_parts * caches.part_bytes));
               seconds.push_back(run(rows));
             }
             std::sort(seconds.begin(), seconds.end());
             std::sort(probe_rates.begin(), probe_rates.end());
             const double median = seconds[seconds.size() / 2];
-            const double bytes = static_cast<double>(count * caches.part_bytes);
+            const double bytes = static_cast<double>(count * row_parts * caches.part_bytes);
             Result res{std::string(TensorTypeName(type)), kernel.label,
                        label, shape, threads, n, bytes / 1e6, median * 1e3,
                        bytes / median / 1e9, bytes / seconds.front() / 1e9,

@@ -41,6 +41,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include <hwy/highway.h>
 
@@ -58,14 +59,15 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // Blocks whose multiples one pass computes at a time (stack buffers of
-// 32 bytes per block in the quad form), so the most columns one sweep over
-// the rows covers: a wider window is summed in several sweeps, each over a
-// part of every row. One sweep per row is what streams well from DRAM: with
-// 64 blocks, rows 3072, 5632 and 11008 wide took two, three and six sweeps
-// and ran at 17.2-18.3, 15.3-15.5 and 14.2-15.3 GB/s, against 22.5-23.3,
-// 20.2-20.9 and 19.5-20.3 with one (Zen 4 VM, `gather_bench --types q4_0s
-// --kernels axpy-int --threads 1 --clock cpu`, rows in order, alternated);
-// rows 2048 wide, one sweep either way, were unchanged.
+// 32 bytes per block in the quad form): a wider window is a sweep's
+// segments of this many blocks (AddPasses), each pass running through
+// them all. One sweep per row is what streams well from DRAM: with the
+// window in sweeps of 64 blocks each, rows 3072, 5632 and 11008 wide took
+// two, three and six sweeps and ran at 17.2-18.3, 15.3-15.5 and 14.2-15.3
+// GB/s, against 22.5-23.3, 20.2-20.9 and 19.5-20.3 with one (Zen 4 VM,
+// `gather_bench --types q4_0s --kernels axpy-int --threads 1 --clock cpu`,
+// rows in order, alternated); rows 2048 wide, one sweep either way, were
+// unchanged.
 inline constexpr size_t kAxpyIntSpanBlocks = 512;
 
 // m[0..count) for one row's blocks whose f16 scales are `stride` bytes
@@ -260,43 +262,100 @@ struct SpanStream {
   size_t data_at, data_bytes;
   size_t bytes;  // a row's stream bytes
 
-  // Prefetches into L2 the line at stream byte `at` (a multiple of 64,
-  // below `bytes`) of `row`, and the last line of the part it lies in
-  // where this is the part's last step (parts need not start on a line).
-  HWY_INLINE void Prefetch(const uint8_t* row, size_t at) const {
+  // Where stream byte `at` (a multiple of 64, below `bytes`) lies from a
+  // row pointer, and where the last byte of the part it lies in does if
+  // this is the part's last step (parts need not start on a line; else
+  // kNoLine): the lines to prefetch for that step.
+  static constexpr size_t kNoLine = ~size_t{0};
+  struct Step {
+    size_t at, last;
+  };
+  HWY_INLINE Step StepAt(size_t at) const {
     if (at < scale_steps) {
-      PrefetchLine(row + scale_at + at, /*into_l2=*/true);
-      if (at + 64 >= scale_bytes) PrefetchLine(row + scale_at + scale_bytes - 1, true);
-    } else {
-      const size_t o = at - scale_steps;
-      PrefetchLine(row + data_at + o, /*into_l2=*/true);
-      if (o + 64 >= data_bytes) PrefetchLine(row + data_at + data_bytes - 1, true);
+      return {scale_at + at, at + 64 >= scale_bytes ? scale_at + scale_bytes - 1 : kNoLine};
     }
+    const size_t o = at - scale_steps;
+    return {data_at + o, o + 64 >= data_bytes ? data_at + data_bytes - 1 : kNoLine};
+  }
+};
+
+// One span of one part of the rows, as a sweep takes it: blocks
+// [s0, s0 + span) of part `part`'s window, where their scales and nibbles
+// lie from a row pointer, and where their stream starts in the sweep's
+// stream of a row (each segment's SpanStream after the one before).
+struct Segment {
+  size_t part, s0, span, chunks;
+  size_t scale_at, nibbles_at;
+  size_t stream_at;
+  SpanStream stream;
+};
+
+// The most segments one sweep over the rows takes (a whole row of up to
+// three parts of up to kAxpyIntSpanBlocks blocks each, or a one-part row
+// of up to 8 * kAxpyIntSpanBlocks blocks); more take several sweeps.
+inline constexpr size_t kMaxSweepSegments = 8;
+
+// A sweep's segments as one stream per row.
+struct SweepStream {
+  const Segment* segments;
+  size_t count;
+
+  // The lines of stream byte `at` (SpanStream::StepAt).
+  HWY_INLINE SpanStream::Step StepAt(size_t at) const {
+    size_t k = 0;
+    while (k + 1 < count && at >= segments[k + 1].stream_at) ++k;
+    return segments[k].stream.StepAt(at - segments[k].stream_at);
   }
 };
 
 // Prefetches stream line `line` counted from the start of pass i's rows
 // (ring[(i + j) % (ahead + 1)] holds pass i + j): that line of each row of
 // the pass it falls in, if the ring holds it. (Subtracts rather than
-// divides: `line` is at most a few passes' lines.)
+// divides: `line` is at most a few passes' lines.) Where the line lies is
+// worked out once for the pass's rows: worked out for each row, behind
+// the lookup of its segment, AxpyIntAdd over 512 Q4_0S rows 2048 wide in
+// L2 ran at 10.8-13.8 GB/s against 15.8-18.3 before segments (throwaway
+// loop, three alternated rounds); once a line, 16.9-18.1.
 HWY_INLINE void PrefetchStreamLine(const QuadRows* ring, size_t i, size_t ahead,
-                                   const SpanStream& stream, size_t pass_lines, size_t line) {
+                                   const SweepStream& stream, size_t pass_lines, size_t line) {
   size_t j = i;
   for (; line >= pass_lines; line -= pass_lines) {
     if (++j > i + ahead) return;
   }
   const QuadRows& pass = ring[j % (ahead + 1)];
-  for (size_t r = 0; r < 4 * pass.quads; ++r) stream.Prefetch(pass.rows[r], 64 * line);
+  const SpanStream::Step step = stream.StepAt(64 * line);
+  for (size_t r = 0; r < 4 * pass.quads; ++r) {
+    PrefetchLine(pass.rows[r] + step.at, /*into_l2=*/true);
+  }
+  if (step.last != SpanStream::kNoLine) {
+    for (size_t r = 0; r < 4 * pass.quads; ++r) PrefetchLine(pass.rows[r] + step.last, true);
+  }
 }
 
 // Passes of sixteen rows (the nonzero-coefficient ones, in
 // AxpyIntPassOrder's order: a row of each sixteenth of the list) over
-// blocks [b0, b0 + nblocks) of rows with row_blocks blocks, for the quad
-// and the block forms (Form: QuadForm, BlockForm). For each span of
-// kAxpyIntSpanBlocks blocks and each pass, Form::Coefficients gives every
-// quad's hi and lo words for the span's blocks (msum gains their m), then
-// Form::Chunk<quads> adds the pass's rows to the sums of each chunk of the
-// span (the last may be short in the block form).
+// blocks [b0, b0 + nblocks) of each of the `parts` parts of the rows (part
+// p `part_bytes` after part 0, each with row_blocks blocks in the layout of
+// a row of its own; its sums `sums_stride` int32 after part 0's), for the
+// quad and the block forms (Form: QuadForm, BlockForm). Each pass runs
+// through the segments of a sweep (Segment: each part's spans of
+// kAxpyIntSpanBlocks blocks, in the order they lie in a row): for each,
+// Form::Coefficients gives every quad's hi and lo words for the segment's
+// blocks (msum gains their m), then Form::Chunk<quads> adds the pass's rows
+// to the sums of each chunk of the segment (the last may be short in the
+// block form). So each row is read front to back once, as one stream.
+//
+// A row of several parts (a dip input record: a gate and an up column) was
+// read in one sweep per part, each sweep skipping the other parts of every
+// row. Against that (2 vCPU Emerald Rapids VM, AVX3_DL, one thread, Q4_0S
+// records of two parts, four alternated rounds of `gather_bench --parts 2
+// --kernels axpy-int --clock cpu` and of a throwaway build that summed the
+// parts apart, % of the probe): every record in order, 5632 columns a part
+// (the 1.1B shape's 2048 records) 60-78 -> 80-88, 3072 (the 125M shape's
+// 768) 68-78 -> 85-91; a quarter of them in order 72-78 -> 81-83 and
+// 74-78 -> 77-79. `sparrow bench -p 0 -n 32 -t 1` on the 1.1B-shaped Q4_0S
+// dip bundle: four rounds 17.5-20.7 -> 21.1-21.7 tok/s; with `--sparsity
+// dip --mlp-density 0.5` three rounds 30.8-31.8 -> 32.4-33.1.
 //
 // The prefetches follow each of a pass's sixteen streams (a row of each
 // sixteenth of the list, below) a fixed distance ahead of where the kernel
@@ -344,26 +403,42 @@ HWY_INLINE void PrefetchStreamLine(const QuadRows* ring, size_t i, size_t ahead,
 // against 84-86%). The prefetch distance still counts: with none, 69-70%.
 template <bool kSplit, class Form>
 HWY_INLINE void AddPasses(const uint8_t* const* rows, size_t offset, size_t count,
-                          size_t row_blocks, size_t b0, size_t nblocks, const float* a,
-                          float inv_step, int32_t* HWY_RESTRICT msum, const Form& form) {
+                          size_t row_blocks, size_t b0, size_t nblocks, size_t parts,
+                          size_t part_bytes, size_t sums_stride, const float* a, float inv_step,
+                          int32_t* HWY_RESTRICT msum, const Form& form) {
   const Q4_0Layout layout = Q4_0Layout::For(kSplit, row_blocks);
   alignas(64) uint32_t whi[kQuadsPerPass][kAxpyIntSpanBlocks];
   alignas(64) uint32_t wlo[kQuadsPerPass][kAxpyIntSpanBlocks];
-  for (size_t s0 = 0; s0 < nblocks; s0 += kAxpyIntSpanBlocks) {
-    const size_t span = std::min(kAxpyIntSpanBlocks, nblocks - s0);
-    const size_t span_chunks = (span + kQuadChunkBlocks - 1) / kQuadChunkBlocks;
-    const size_t sb = b0 + s0;  // the span's first block in the row
-    const size_t scale_at = offset + layout.scale_stride * sb;
-    const size_t nibbles_at = offset + layout.nibbles_at + layout.nibble_stride * sb;
-    const SpanStream stream{scale_at,
-                            kSplit ? 2 * span : 0,
-                            AxpyIntScaleStreamBytes(kSplit, span),
-                            kSplit ? nibbles_at : scale_at,
-                            (kSplit ? 16 : sizeof(BlockQ4_0)) * span,
-                            AxpyIntStreamBytes(kSplit, span)};
-    // In lines of a row's stream: the prefetch distance, and a pass's lines.
-    const size_t distance = AxpyIntPrefetchDistance(kSplit, span) / 64;
-    const size_t pass_lines = stream.bytes / 64;
+  const size_t spans = (nblocks + kAxpyIntSpanBlocks - 1) / kAxpyIntSpanBlocks;
+  for (size_t first = 0; first < parts * spans; first += kMaxSweepSegments) {
+    Segment segments[kMaxSweepSegments];
+    size_t nseg = 0, stream_bytes = 0, sweep_chunks = 0;
+    for (size_t k = first; k < std::min(parts * spans, first + kMaxSweepSegments); ++k) {
+      Segment& g = segments[nseg++];
+      g.part = k / spans;
+      g.s0 = k % spans * kAxpyIntSpanBlocks;
+      g.span = std::min(kAxpyIntSpanBlocks, nblocks - g.s0);
+      g.chunks = (g.span + kQuadChunkBlocks - 1) / kQuadChunkBlocks;
+      const size_t at = offset + g.part * part_bytes;
+      const size_t sb = b0 + g.s0;  // the segment's first block in its part
+      g.scale_at = at + layout.scale_stride * sb;
+      g.nibbles_at = at + layout.nibbles_at + layout.nibble_stride * sb;
+      g.stream = SpanStream{g.scale_at,
+                            kSplit ? 2 * g.span : 0,
+                            AxpyIntScaleStreamBytes(kSplit, g.span),
+                            kSplit ? g.nibbles_at : g.scale_at,
+                            (kSplit ? 16 : sizeof(BlockQ4_0)) * g.span,
+                            AxpyIntStreamBytes(kSplit, g.span)};
+      g.stream_at = stream_bytes;
+      stream_bytes += g.stream.bytes;
+      sweep_chunks += g.chunks;
+    }
+    const SweepStream stream{segments, nseg};
+    // In lines of a row's stream: the prefetch distance (from what a pass
+    // needs of a row when it starts: its first segment's scales), and a
+    // pass's lines.
+    const size_t distance = AxpyIntPrefetchDistance(kSplit, segments[0].span) / 64;
+    const size_t pass_lines = stream_bytes / 64;
     // Passes i .. i + ahead in ring[(i .. i + ahead) % (ahead + 1)]: as
     // many as the distance reaches into.
     const size_t ahead = std::min(kAxpyIntMaxPassesAhead, (distance + pass_lines - 1) / pass_lines);
@@ -376,29 +451,34 @@ HWY_INLINE void AddPasses(const uint8_t* const* rows, size_t offset, size_t coun
     }
     for (size_t i = 0; ring[i % (ahead + 1)].quads > 0; ++i) {
       QuadRows& pass = ring[i % (ahead + 1)];
-      for (size_t q = 0; q < pass.quads; ++q) {
-        Form::Coefficients(pass.rows + 4 * q, pass.s + 4 * q, scale_at, layout.scale_stride, span,
-                           whi[q], wlo[q], msum + s0);
-      }
       // Each chunk prefetches its share of a pass's lines, `distance` ahead.
-      size_t line = distance;
-      for (size_t c = 0; c < span_chunks; ++c) {
-        for (const size_t end = (c + 1) * pass_lines / span_chunks + distance; line < end; ++line) {
-          PrefetchStreamLine(ring, i, ahead, stream, pass_lines, line);
+      size_t line = distance, done = 0;
+      for (size_t k = 0; k < nseg; ++k) {
+        const Segment& g = segments[k];
+        const Form part = form.Shifted(g.part * sums_stride);
+        for (size_t q = 0; q < pass.quads; ++q) {
+          Form::Coefficients(pass.rows + 4 * q, pass.s + 4 * q, g.scale_at, layout.scale_stride,
+                             g.span, whi[q], wlo[q], msum + g.part * sums_stride + g.s0);
         }
-        switch (pass.quads) {
-          case 1:
-            form.template Chunk<1>(pass, whi, wlo, layout, nibbles_at, s0, span, c);
-            break;
-          case 2:
-            form.template Chunk<2>(pass, whi, wlo, layout, nibbles_at, s0, span, c);
-            break;
-          case 3:
-            form.template Chunk<3>(pass, whi, wlo, layout, nibbles_at, s0, span, c);
-            break;
-          default:
-            form.template Chunk<4>(pass, whi, wlo, layout, nibbles_at, s0, span, c);
-            break;
+        for (size_t c = 0; c < g.chunks; ++c) {
+          ++done;
+          for (const size_t end = done * pass_lines / sweep_chunks + distance; line < end; ++line) {
+            PrefetchStreamLine(ring, i, ahead, stream, pass_lines, line);
+          }
+          switch (pass.quads) {
+            case 1:
+              part.template Chunk<1>(pass, whi, wlo, layout, g.nibbles_at, g.s0, g.span, c);
+              break;
+            case 2:
+              part.template Chunk<2>(pass, whi, wlo, layout, g.nibbles_at, g.s0, g.span, c);
+              break;
+            case 3:
+              part.template Chunk<3>(pass, whi, wlo, layout, g.nibbles_at, g.s0, g.span, c);
+              break;
+            default:
+              part.template Chunk<4>(pass, whi, wlo, layout, g.nibbles_at, g.s0, g.span, c);
+              break;
+          }
         }
       }
       NextQuadRows(rows, a, inv_step, &order, &pass);  // pass i + ahead + 1
@@ -598,6 +678,8 @@ template <bool kSplit>
 struct QuadForm {
   int32_t* hi;
   int32_t* lo;
+  // The form for the sums `ints` int32 further on (another part's window).
+  QuadForm Shifted(size_t ints) const { return {hi + ints, lo + ints}; }
   static HWY_INLINE void Coefficients(const uint8_t* const* rows, const float* s, size_t scale_at,
                                       size_t stride, size_t nblocks, uint32_t* HWY_RESTRICT whi,
                                       uint32_t* HWY_RESTRICT wlo, int32_t* HWY_RESTRICT msum) {
@@ -910,6 +992,8 @@ HWY_INLINE void QuadsBlockPairs(const QuadRows& pass, const uint32_t (*bhi)[kAxp
 template <bool kVnni>
 struct BlockForm {
   int32_t* sums;
+  // The form for the sums `ints` int32 further on (another part's window).
+  BlockForm Shifted(size_t ints) const { return {sums + ints}; }
   static HWY_INLINE void Coefficients(const uint8_t* const* rows, const float* s, size_t scale_at,
                                       size_t stride, size_t nblocks, uint32_t* HWY_RESTRICT whi,
                                       uint32_t* HWY_RESTRICT wlo, int32_t* HWY_RESTRICT msum) {
@@ -980,6 +1064,7 @@ struct SumsLayout {
     return sums + 2 * width;
   }
   size_t natural_at() const { return blocks ? width : 128 * quad_chunks; }
+  size_t ints() const { return AxpyIntSumsInts(width); }
 };
 
 HWY_INLINE SumsLayout LayoutFor(size_t width) {
@@ -992,21 +1077,26 @@ HWY_INLINE SumsLayout LayoutFor(size_t width) {
 #endif
 }
 
+// Sums of the window [first, first + width) of each of the `parts` parts of
+// the rows (axpy_int.h: AxpyIntAdd), in one sweep over the rows where the
+// quad or block form takes them.
 HWY_INLINE void AxpyIntAddImpl(TensorType type, const uint8_t* const* rows, size_t count,
                                size_t cols, size_t first, size_t width, const float* a,
-                               float inv_step, int32_t* sums, size_t offset) {
+                               float inv_step, int32_t* sums, size_t offset, size_t parts) {
   const SumsLayout s = LayoutFor(width);
   const size_t row_blocks = cols / 32, b0 = first / 32;
+  const size_t part_bytes = sizeof(BlockQ4_0) * row_blocks;  // Q4_0 and Q4_0S alike
+  const size_t stride = s.ints();                            // one part's sums
   const bool split = type == TensorType::kQ4_0S;
 #ifdef SPARROW_INT8_VNNI
   if (s.quad_chunks > 0) {
     const size_t nblocks = kQuadChunkBlocks * s.quad_chunks;
     if (split) {
-      AddPasses<true>(rows, offset, count, row_blocks, b0, nblocks, a, inv_step, s.msum(sums),
-                      QuadForm<true>{s.hi(sums), s.lo(sums)});
+      AddPasses<true>(rows, offset, count, row_blocks, b0, nblocks, parts, part_bytes, stride, a,
+                      inv_step, s.msum(sums), QuadForm<true>{s.hi(sums), s.lo(sums)});
     } else {
-      AddPasses<false>(rows, offset, count, row_blocks, b0, nblocks, a, inv_step, s.msum(sums),
-                       QuadForm<false>{s.hi(sums), s.lo(sums)});
+      AddPasses<false>(rows, offset, count, row_blocks, b0, nblocks, parts, part_bytes, stride, a,
+                       inv_step, s.msum(sums), QuadForm<false>{s.hi(sums), s.lo(sums)});
     }
   }
 #endif
@@ -1014,27 +1104,30 @@ HWY_INLINE void AxpyIntAddImpl(TensorType type, const uint8_t* const* rows, size
   if (s.blocks) {
     const size_t nblocks = width / 32;
     int32_t* msum = s.msum(sums);
+    const auto add = [&](auto split_tag, auto form) HWY_ATTR {
+      AddPasses<decltype(split_tag)::value>(rows, offset, count, row_blocks, b0, nblocks, parts,
+                                            part_bytes, stride, a, inv_step, msum, form);
+    };
     if (TargetHasVnni()) {
       if (split) {
-        AddPasses<true>(rows, offset, count, row_blocks, b0, nblocks, a, inv_step, msum,
-                        BlockForm<true>{sums});
+        add(std::true_type(), BlockForm<true>{sums});
       } else {
-        AddPasses<false>(rows, offset, count, row_blocks, b0, nblocks, a, inv_step, msum,
-                         BlockForm<true>{sums});
+        add(std::false_type(), BlockForm<true>{sums});
       }
     } else if (split) {
-      AddPasses<true>(rows, offset, count, row_blocks, b0, nblocks, a, inv_step, msum,
-                      BlockForm<false>{sums});
+      add(std::true_type(), BlockForm<false>{sums});
     } else {
-      AddPasses<false>(rows, offset, count, row_blocks, b0, nblocks, a, inv_step, msum,
-                       BlockForm<false>{sums});
+      add(std::false_type(), BlockForm<false>{sums});
     }
   }
 #endif
   const size_t done = s.natural_at();
   if (done < width) {
-    AddNatural(rows, offset, split, count, row_blocks, b0 + done / 32, (width - done) / 32, a,
-               inv_step, s.hi(sums) + done, s.lo(sums) + done);
+    for (size_t p = 0; p < parts; ++p) {
+      int32_t* part = sums + p * stride;
+      AddNatural(rows, offset + p * part_bytes, split, count, row_blocks, b0 + done / 32,
+                 (width - done) / 32, a, inv_step, s.hi(part) + done, s.lo(part) + done);
+    }
   }
 }
 

@@ -14,8 +14,8 @@ namespace HWY_NAMESPACE {
 
 void AxpyIntAddT(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
                  size_t first, size_t width, const float* a, float inv_step, int32_t* sums,
-                 size_t offset) {
-  AxpyIntAddImpl(type, rows, count, cols, first, width, a, inv_step, sums, offset);
+                 size_t offset, size_t parts) {
+  AxpyIntAddImpl(type, rows, count, cols, first, width, a, inv_step, sums, offset, parts);
 }
 
 void AxpyIntFinishT(size_t width, const int32_t* sums, float step, float* y) {
@@ -68,14 +68,13 @@ bool AxpyIntSupports(TensorType type) {
 
 bool AxpyIntFast() { return HWY_DYNAMIC_DISPATCH(AxpyIntFastT)(); }
 
-size_t AxpyIntSumsInts(size_t width) { return 2 * width + width / 32; }
-
 void AxpyIntAdd(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
                 size_t first, size_t width, const float* a, float inv_step, int32_t* sums,
-                size_t offset) {
+                size_t offset, size_t parts) {
   CheckArguments("AxpyIntAdd", type, cols, first, width);
+  if (parts == 0) throw std::invalid_argument("AxpyIntAdd: rows of no parts");
   HWY_DYNAMIC_DISPATCH(AxpyIntAddT)
-  (type, rows, count, cols, first, width, a, inv_step, sums, offset);
+  (type, rows, count, cols, first, width, a, inv_step, sums, offset, parts);
 }
 
 void AxpyIntFinish(size_t width, const int32_t* sums, float step, float* y) {

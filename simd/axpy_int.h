@@ -143,8 +143,9 @@ inline float AxpyIntStep(float largest_coefficient, float largest_scale) {
   return largest_coefficient * largest_scale / kAxpyIntMaxMultiple;
 }
 
-// int32 elements of the sums of a window `width` columns wide.
-size_t AxpyIntSumsInts(size_t width);
+// int32 elements of the sums of a window `width` columns wide (a whole
+// number of blocks): hi and lo sums per column, and one per block.
+inline size_t AxpyIntSumsInts(size_t width) { return 2 * width + width / 32; }
 
 // Adds the terms of rows[0..count) over columns [first, first + width) of
 // rows that hold `cols` elements and start `offset` bytes after the
@@ -153,9 +154,16 @@ size_t AxpyIntSumsInts(size_t width);
 // clamped to +-kAxpyIntMaxMultiple (NaN counts as 0). Rows whose a[k] is
 // zero are not read. first and width are whole blocks (std::invalid_argument
 // otherwise).
+//
+// With `parts` > 1 each row is that many rows of `cols` elements back to
+// back (a record of several parts, each in the layout of a row of its own,
+// TensorTypeBytes(cols) bytes apart), and each part's window goes to its
+// own sums, part p's at sums + p * AxpyIntSumsInts(width): the same sums as
+// one call per part, but the rows are read front to back in one sweep
+// instead of once per part, each sweep skipping the other parts.
 void AxpyIntAdd(TensorType type, const uint8_t* const* rows, size_t count, size_t cols,
                 size_t first, size_t width, const float* a, float inv_step, int32_t* sums,
-                size_t offset = 0);
+                size_t offset = 0, size_t parts = 1);
 
 // y[i] += float(step * total[i]) for i < width, where total is the exact
 // integer sum of m * (q - 8) that `sums` holds for the window (step times

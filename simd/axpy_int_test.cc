@@ -215,6 +215,64 @@ TEST_CASE("AxpyIntAdd reads its rows `offset` bytes after their pointers") {
   });
 }
 
+TEST_CASE("AxpyIntAdd over rows of several parts gives each part the sums of a call of its own") {
+  struct Case {
+    size_t cols, first, width, parts, count;
+  };
+  const Case cases[] = {
+      {640, 32, 576, 3, 37},     // whole chunks and blocks after them, a window inside
+      {96, 0, 96, 2, 5},         // blocks only (the natural form on every target)
+      {2048, 0, 2048, 1, 70},    // one part
+      {16544, 0, 16544, 2, 20},  // two spans a part: four segments in one sweep
+      {33024, 0, 33024, 3, 18},  // three spans a part: nine segments, two sweeps
+  };
+  ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
+    std::mt19937 rng(9);
+    for (TensorType type : kTypes) {
+      for (const Case& c : cases) {
+        const size_t part_bytes = c.cols / 32 * 18, offset = 70;
+        // One problem per part; record k holds row k of each, back to back,
+        // `offset` bytes after its pointer.
+        std::vector<Problem> problems;
+        for (size_t p = 0; p < c.parts; ++p)
+          problems.push_back(MakeProblem(type, c.cols, c.count, rng));
+        std::vector<std::vector<uint8_t>> records(c.count, std::vector<uint8_t>(offset, 0xCD));
+        std::vector<const uint8_t*> starts;
+        for (size_t k = 0; k < c.count; ++k) {
+          for (const Problem& p : problems) {
+            records[k].insert(records[k].end(), p.storage[k].begin(), p.storage[k].end());
+          }
+          starts.push_back(records[k].data());
+        }
+        // Every part takes the first part's coefficients (a record has one).
+        const Problem& lead = problems[0];
+        float step = 0.0f;
+        for (Problem& p : problems) {
+          p.a = lead.a;
+          step = std::max(step, StepFor(p));
+        }
+        const size_t ints = AxpyIntSumsInts(c.width);
+        std::vector<int32_t> fused(c.parts * ints, 0), apart(c.parts * ints, 0);
+        AxpyIntAdd(type, starts.data(), c.count, c.cols, c.first, c.width, lead.a.data(),
+                   1.0f / step, fused.data(), offset, c.parts);
+        for (size_t p = 0; p < c.parts; ++p) {
+          AxpyIntAdd(type, starts.data(), c.count, c.cols, c.first, c.width, lead.a.data(),
+                     1.0f / step, apart.data() + p * ints, offset + p * part_bytes);
+        }
+        INFO(target.name, hidden ? " (extensions hidden) " : " ", TensorTypeName(type), " ", c.cols,
+             " columns, ", c.parts, " parts");
+        CHECK(fused == apart);
+        for (size_t p = 0; p < c.parts; ++p) {
+          std::vector<float> y(problems[p].y0.begin() + c.first,
+                               problems[p].y0.begin() + c.first + c.width);
+          AxpyIntFinish(c.width, fused.data() + p * ints, step, y.data());
+          CHECK(SameBits(y, ReferenceSum(problems[p], c.first, c.width, step)));
+        }
+      }
+    }
+  });
+}
+
 TEST_CASE("AxpyIntPassOrder takes every nonzero row once, one of each sixteenth a pass, in order") {
   constexpr size_t kParts = AxpyIntPassOrder::kParts;
   std::mt19937 rng(5);
@@ -293,6 +351,8 @@ TEST_CASE("AxpyInt rejects what it cannot do") {
   CHECK_THROWS_AS(AxpyIntAdd(TensorType::kQ4_0S, rows, 1, 128, 96, 64, a, 1.0f, sums.data()),
                   std::invalid_argument);
   CHECK_THROWS_AS(AxpyIntAdd(TensorType::kQ4_0S, rows, 1, 100, 0, 96, a, 1.0f, sums.data()),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(AxpyIntAdd(TensorType::kQ4_0S, rows, 1, 128, 0, 128, a, 1.0f, sums.data(), 0, 0),
                   std::invalid_argument);
   CHECK_FALSE(AxpyIntSupports(TensorType::kQ8_0));
   CHECK(AxpyIntSupports(TensorType::kQ4_0S));

@@ -436,16 +436,15 @@ void RowAxpysInt(const RowSet& rows, const float* a, size_t n, RowAxpyIntSums& s
   if (!TensorTypeBytes(rows.type, part_cols, &part_bytes)) {
     throw std::logic_error("RowAxpysInt: rows of no byte size");
   }
-  // Rows [begin, end) into the sums of range `range`: every part whole.
+  // Rows [begin, end) into the sums of range `range`: every part whole, in
+  // one sweep over the rows (part p's sums at AxpyIntSumsInts(p *
+  // part_cols), as Finish takes them).
   const auto add = [&](size_t begin, size_t end, size_t range) {
-    for (size_t p = 0; p < rows.row_parts; ++p) {
-      for (size_t t = 0; t < n; ++t) {
-        const float step = sums.steps_[t];
-        simd::AxpyIntAdd(rows.type, pointers + begin, end - begin, part_cols, 0, part_cols,
-                         a + t * count + begin, step > 0.0f ? 1.0f / step : 0.0f,
-                         sums.sums(range, t) + simd::AxpyIntSumsInts(p * part_cols),
-                         static_cast<size_t>(p * part_bytes));
-      }
+    for (size_t t = 0; t < n; ++t) {
+      const float step = sums.steps_[t];
+      simd::AxpyIntAdd(rows.type, pointers + begin, end - begin, part_cols, 0, part_cols,
+                       a + t * count + begin, step > 0.0f ? 1.0f / step : 0.0f, sums.sums(range, t),
+                       0, rows.row_parts);
     }
   };
   if (RowAxpyIntSums::Sets() != sums.sets_) {
