@@ -239,6 +239,34 @@ HWY_INLINE void PackedQ4_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
   off_b = hn::MulAdd(scale_b, vsum, off_b);
 }
 
+// Software prefetches kPackedPrefetchAhead bytes ahead of where a group's
+// kernel reads, each line once, issued as the kernel gets through a block
+// (Upto: the kernel has reached `at`) rather than a whole block's lines at
+// the block's start: Q4_K's blocks are 1152 bytes, 18 lines at once, and
+// Q4_K's kernel now reports each quarter. 2 vCPU Emerald Rapids VM, one
+// thread, three alternated rounds of `gemv_bench --types
+// q4_0x8,q8_0x8,q4_Kx8 --shapes 2048x5632,4096x4096,768x3072 --threads 1
+// --clock cpu`, % of the four-stream probe: Q4_K 78-84 -> 84-90, Q8_0
+// (272-byte blocks) 88-93 -> 90-98, Q4_0 unchanged (86-92).
+inline constexpr size_t kPackedPrefetchAhead = 2048;
+class StreamPrefetcher {
+ public:
+  explicit StreamPrefetcher(const uint8_t* start)
+      : next_(LineStart(start + kPackedPrefetchAhead)) {}
+  HWY_INLINE void Upto(const uint8_t* at) {
+    for (const uintptr_t end = reinterpret_cast<uintptr_t>(at) + kPackedPrefetchAhead; next_ < end;
+         next_ += 64) {
+      hwy::Prefetch(reinterpret_cast<const uint8_t*>(next_));
+    }
+  }
+
+ private:
+  static uintptr_t LineStart(const uint8_t* p) {
+    return reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  }
+  uintptr_t next_;
+};
+
 // The single-input packed kernels' common frame: groups of 8 rows at `p`
 // and, on targets whose vectors hold 8 rows, `p2` (nullptr: none), giving
 // y[0..7] and y2[0..7]. Two groups at a time share the activation loads and
@@ -271,15 +299,16 @@ HWY_INLINE void PackedGroupPair(const uint8_t* HWY_RESTRICT p, const uint8_t* HW
   // 24.8-29.2 -> 30.4-31.7 GB/s, Q4_K 17.3-20.2 -> 29.3-30.8, Q8_0
   // 28.6-31.3 -> 31.6-32.7 (98-113% of the four-stream probe after).
   const bool prefetch = !CpuStreamsRowsItself();
+  const bool prefetch_b = prefetch && !two_parts && p2 != nullptr;  // pb: another group
+  StreamPrefetcher ahead_a(p), ahead_b(pb);
   for (size_t b = 0; b < nblocks; ++b, p += kBytes, pb += kBytes) {
-    if (prefetch) {
-      for (size_t i = 0; i < kBytes; i += 64) hwy::Prefetch(p + 2048 + i);
-      if (!two_parts && p2 != nullptr) {
-        for (size_t i = 0; i < kBytes; i += 64) hwy::Prefetch(pb + 2048 + i);
-      }
-    }
+    // The block's kernel reports how far into the block it has got.
+    const auto reached = [&](size_t bytes) HWY_ATTR {
+      if (prefetch) ahead_a.Upto(p + bytes);
+      if (prefetch_b) ahead_b.Upto(pb + bytes);
+    };
     Kernel::template Block<Dots>(du8, df, p, pb, part_b, b, xq, sx, sums, acc_a, more_a, acc_b,
-                                 more_b);
+                                 more_b, reached);
   }
   hn::StoreU(Kernel::Result(df, acc_a, more_a), df, y);
   if (two_parts) {
@@ -291,10 +320,11 @@ HWY_INLINE void PackedGroupPair(const uint8_t* HWY_RESTRICT p, const uint8_t* HW
 
 struct PackedQ4_0Kernel {
   static constexpr size_t kBlockBytes = kPackedBlockBytes;
-  template <class Dots, class DU8, class DF, class VF>
-  static HWY_INLINE void Block(DU8 du8, DF df, const uint8_t* pa, const uint8_t* pb,
-                               size_t part_b, size_t b, const int8_t* xq, const float* sx,
-                               const float* sums, VF& acc_a, VF& off_a, VF& acc_b, VF& off_b) {
+  template <class Dots, class DU8, class DF, class VF, class Reached>
+  static HWY_INLINE void Block(DU8 du8, DF df, const uint8_t* pa, const uint8_t* pb, size_t part_b,
+                               size_t b, const int8_t* xq, const float* sx, const float* sums,
+                               VF& acc_a, VF& off_a, VF& acc_b, VF& off_b, const Reached& reached) {
+    reached(kBlockBytes);
     PackedQ4_0Parts<Dots>(du8, df, pa, 0, pb, part_b, xq + 32 * b, hn::Set(df, sx[b]),
                           hn::Set(df, sums[b]), acc_a, off_a, acc_b, off_b);
   }
@@ -358,11 +388,12 @@ HWY_INLINE void PackedQ8_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
 
 struct PackedQ8_0Kernel {
   static constexpr size_t kBlockBytes = kPackedQ8BlockBytes;
-  template <class Dots, class DU8, class DF, class VF>
-  static HWY_INLINE void Block(DU8 du8, DF df, const uint8_t* pa, const uint8_t* pb,
-                               size_t part_b, size_t b, const int8_t* xq, const float* sx,
-                               const float* sums, VF& acc_a, VF& /*unused*/, VF& acc_b,
-                               VF& /*unused*/) {
+  template <class Dots, class DU8, class DF, class VF, class Reached>
+  static HWY_INLINE void Block(DU8 du8, DF df, const uint8_t* pa, const uint8_t* pb, size_t part_b,
+                               size_t b, const int8_t* xq, const float* sx, const float* sums,
+                               VF& acc_a, VF& /*unused*/, VF& acc_b, VF& /*unused*/,
+                               const Reached& reached) {
+    reached(kBlockBytes);
     PackedQ8_0Parts<Dots>(du8, df, pa, 0, pb, part_b, xq + 32 * b, hn::Set(df, sx[b]), sums[b],
                           acc_a, acc_b);
   }
@@ -417,12 +448,13 @@ HWY_INLINE void PackedQ4_KApply(DF df, const uint8_t* HWY_RESTRICT p, size_t row
 // Two vectors' rows of one packed Q4_K super-block, sharing the
 // activations: part `part_a` of the group at `pa` and part `part_b` of the
 // group at `pb` (as PackedQ4_0Parts).
-template <class Dots, class DU8, class DF>
+template <class Dots, class DU8, class DF, class Reached>
 HWY_INLINE void PackedQ4_KParts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, size_t part_a,
                                 const uint8_t* HWY_RESTRICT pb, size_t part_b,
                                 const int8_t* HWY_RESTRICT xs, const float* HWY_RESTRICT sx,
                                 const float* HWY_RESTRICT sums, hn::Vec<DF>& acc_a,
-                                hn::Vec<DF>& mins_a, hn::Vec<DF>& acc_b, hn::Vec<DF>& mins_b) {
+                                hn::Vec<DF>& mins_a, hn::Vec<DF>& acc_b, hn::Vec<DF>& mins_b,
+                                const Reached& reached) {
   const hn::Repartition<int32_t, DU8> di32;
   const hn::Rebind<hwy::float16_t, DF> df16;
   const size_t bytes = hn::Lanes(du8);
@@ -433,6 +465,7 @@ HWY_INLINE void PackedQ4_KParts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
   const auto d_a = half(pa, row_a), dmin_a = half(pa + kPackedKDmin, row_a);
   const auto d_b = half(pb, row_b), dmin_b = half(pb + kPackedKDmin, row_b);
   for (size_t g = 0; g < 4; ++g) {
+    reached((g + 1) * kPackedSuperBytes / 4);  // (StreamPrefetcher)
     auto a = Dots::Zero(), b = Dots::Zero(), c = Dots::Zero(), e = Dots::Zero();
     const uint8_t* qa = pa + kPackedKQs + 256 * g + bytes * part_a;
     const uint8_t* qb = pb + kPackedKQs + 256 * g + bytes * part_b;
@@ -459,13 +492,13 @@ HWY_INLINE void PackedQ4_KParts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
 
 struct PackedQ4_KKernel {
   static constexpr size_t kBlockBytes = kPackedSuperBytes;
-  template <class Dots, class DU8, class DF, class VF>
-  static HWY_INLINE void Block(DU8 du8, DF df, const uint8_t* pa, const uint8_t* pb,
-                               size_t part_b, size_t sb, const int8_t* xq, const float* sx,
-                               const float* sums, VF& acc_a, VF& mins_a, VF& acc_b,
-                               VF& mins_b) {
+  template <class Dots, class DU8, class DF, class VF, class Reached>
+  static HWY_INLINE void Block(DU8 du8, DF df, const uint8_t* pa, const uint8_t* pb, size_t part_b,
+                               size_t sb, const int8_t* xq, const float* sx, const float* sums,
+                               VF& acc_a, VF& mins_a, VF& acc_b, VF& mins_b,
+                               const Reached& reached) {
     PackedQ4_KParts<Dots>(du8, df, pa, 0, pb, part_b, xq + 256 * sb, sx + 8 * sb, sums + 8 * sb,
-                          acc_a, mins_a, acc_b, mins_b);
+                          acc_a, mins_a, acc_b, mins_b, reached);
   }
   template <class DF, class VF>
   static HWY_INLINE VF Result(DF, VF acc, VF mins) {
