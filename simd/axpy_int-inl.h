@@ -285,7 +285,7 @@ struct SpanStream {
 // stream of a row (each segment's SpanStream after the one before).
 struct Segment {
   size_t part, s0, span, chunks;
-  size_t scale_at, nibbles_at;
+  size_t nibbles_at;  // the scales' offset is stream.scale_at
   size_t stream_at;
   SpanStream stream;
 };
@@ -421,12 +421,12 @@ HWY_INLINE void AddPasses(const uint8_t* const* rows, size_t offset, size_t coun
       g.chunks = (g.span + kQuadChunkBlocks - 1) / kQuadChunkBlocks;
       const size_t at = offset + g.part * part_bytes;
       const size_t sb = b0 + g.s0;  // the segment's first block in its part
-      g.scale_at = at + layout.scale_stride * sb;
+      const size_t scale_at = at + layout.scale_stride * sb;
       g.nibbles_at = at + layout.nibbles_at + layout.nibble_stride * sb;
-      g.stream = SpanStream{g.scale_at,
+      g.stream = SpanStream{scale_at,
                             kSplit ? 2 * g.span : 0,
                             AxpyIntScaleStreamBytes(kSplit, g.span),
-                            kSplit ? g.nibbles_at : g.scale_at,
+                            kSplit ? g.nibbles_at : scale_at,
                             (kSplit ? 16 : sizeof(BlockQ4_0)) * g.span,
                             AxpyIntStreamBytes(kSplit, g.span)};
       g.stream_at = stream_bytes;
@@ -457,8 +457,9 @@ HWY_INLINE void AddPasses(const uint8_t* const* rows, size_t offset, size_t coun
         const Segment& g = segments[k];
         const Form part = form.Shifted(g.part * sums_stride);
         for (size_t q = 0; q < pass.quads; ++q) {
-          Form::Coefficients(pass.rows + 4 * q, pass.s + 4 * q, g.scale_at, layout.scale_stride,
-                             g.span, whi[q], wlo[q], msum + g.part * sums_stride + g.s0);
+          Form::Coefficients(pass.rows + 4 * q, pass.s + 4 * q, g.stream.scale_at,
+                             layout.scale_stride, g.span, whi[q], wlo[q],
+                             msum + g.part * sums_stride + g.s0);
         }
         for (size_t c = 0; c < g.chunks; ++c) {
           ++done;

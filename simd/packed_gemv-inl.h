@@ -248,6 +248,8 @@ HWY_INLINE void PackedQ4_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
 // q4_0x8,q8_0x8,q4_Kx8 --shapes 2048x5632,4096x4096,768x3072 --threads 1
 // --clock cpu`, % of the four-stream probe: Q4_K 78-84 -> 84-90, Q8_0
 // (272-byte blocks) 88-93 -> 90-98, Q4_0 unchanged (86-92).
+// (The batch kernels below prefetch the same distance ahead, a block at a
+// time.)
 inline constexpr size_t kPackedPrefetchAhead = 2048;
 class StreamPrefetcher {
  public:
@@ -525,9 +527,9 @@ HWY_INLINE void PackedQ4_0GroupTokens(const uint8_t* HWY_RESTRICT p, size_t nblo
   VF acc[T], off[T];
   for (size_t t = 0; t < T; ++t) acc[t] = off[t] = hn::Zero(df);
   for (size_t b = 0; b < nblocks; ++b, p += kPackedBlockBytes) {
-    hwy::Prefetch(p + 2048);
-    hwy::Prefetch(p + 2048 + 64);
-    hwy::Prefetch(p + 2048 + 128);
+    hwy::Prefetch(p + kPackedPrefetchAhead);
+    hwy::Prefetch(p + kPackedPrefetchAhead + 64);
+    hwy::Prefetch(p + kPackedPrefetchAhead + 128);
     hn::Vec<decltype(du8)> lo[4], hi[4];
     for (size_t k = 0; k < 4; ++k) {
       const auto w = hn::LoadU(du8, p + kPackedScaleBytes + 32 * k);
@@ -570,7 +572,7 @@ HWY_INLINE void PackedQ4_KGroupTokens(const uint8_t* HWY_RESTRICT p, size_t nsup
   VF acc[T], mins[T];
   for (size_t t = 0; t < T; ++t) acc[t] = mins[t] = hn::Zero(df);
   for (size_t sb = 0; sb < nsuper; ++sb, p += kPackedSuperBytes) {
-    for (size_t i = 0; i < kPackedSuperBytes; i += 64) hwy::Prefetch(p + 2048 + i);
+    for (size_t i = 0; i < kPackedSuperBytes; i += 64) hwy::Prefetch(p + kPackedPrefetchAhead + i);
     const VF d = PromoteHalf(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p)));
     const VF dmin = PromoteHalf(
         df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p + kPackedKDmin)));
@@ -623,7 +625,9 @@ HWY_INLINE void PackedQ8_0GroupTokens(const uint8_t* HWY_RESTRICT p, size_t nblo
   VF acc[T];
   for (size_t t = 0; t < T; ++t) acc[t] = hn::Zero(df);
   for (size_t b = 0; b < nblocks; ++b, p += kPackedQ8BlockBytes) {
-    for (size_t i = 0; i < kPackedQ8BlockBytes; i += 64) hwy::Prefetch(p + 2048 + i);
+    for (size_t i = 0; i < kPackedQ8BlockBytes; i += 64) {
+      hwy::Prefetch(p + kPackedPrefetchAhead + i);
+    }
     hn::Vec<decltype(du8)> w[8];
     for (size_t k = 0; k < 8; ++k) {
       w[k] = Dots::PrepareSigned(du8, hn::LoadU(du8, p + kPackedScaleBytes + 32 * k));
@@ -675,9 +679,9 @@ HWY_INLINE void PackedQ4_0GroupMmla(const uint8_t* HWY_RESTRICT p, size_t nblock
   for (size_t j = 0; j < 4; ++j) acc[j] = off[j] = vdupq_n_f32(0.0f);
   const uint8x16_t low4 = vdupq_n_u8(15);
   for (size_t b = 0; b < nblocks; ++b, p += kPackedBlockBytes) {
-    __builtin_prefetch(p + 2048);
-    __builtin_prefetch(p + 2048 + 64);
-    __builtin_prefetch(p + 2048 + 128);
+    __builtin_prefetch(p + kPackedPrefetchAhead);
+    __builtin_prefetch(p + kPackedPrefetchAhead + 64);
+    __builtin_prefetch(p + kPackedPrefetchAhead + 128);
     // Columns 8o..8o+7 of both tokens: o = 0, 1 pair with the low nibbles
     // of chunks (0, 1) and (2, 3); o = 2, 3 with their high nibbles.
     int8x16_t x[4];

@@ -432,7 +432,7 @@ void RowAxpysInt(const RowSet& rows, const float* a, size_t n, RowAxpyIntSums& s
   }
   const uint8_t* const* pointers = RowPointers(rows);
   const size_t count = rows.count, part_cols = rows.cols / rows.row_parts;
-  uint64_t part_bytes = 0;  // a part's bytes: Q4_0S rows of part_cols, back to back
+  uint64_t part_bytes = 0;  // only checked: a part is whole blocks of the type
   if (!TensorTypeBytes(rows.type, part_cols, &part_bytes)) {
     throw std::logic_error("RowAxpysInt: rows of no byte size");
   }
