@@ -48,7 +48,8 @@
 //
 // `read` is not a kernel of the engine: it loads the rows DotRows reads,
 // with the same grouping and prefetching, and does no arithmetic, so its
-// line is the most any kernel could reach on that selection (ReadRows).
+// line is a reference for what a kernel could reach on that selection
+// (ReadRows says why it is not a bound).
 // `read-axpy` does the same in AxpyRows' order: four consecutive entries
 // of the list at a time (the order its sums must keep), line by line
 // across the four, prefetching as its kernels do; with rows in order these
@@ -336,7 +337,7 @@ float IntegerStep(TensorType type, const std::vector<const uint8_t*>& rows, size
   return simd::AxpyIntStep(largest_a, largest_scale);
 }
 
-// The ceiling of an access pattern: the rows a kernel reads, in its order
+// A reference for an access pattern: the rows a kernel reads, in its order
 // and with its prefetching, but one 8-byte load per 64-byte line and no
 // arithmetic. Where this line is below the probe too, the gap is the
 // memory system's (rows at scattered addresses keep fewer lines in flight
@@ -344,7 +345,9 @@ float IntegerStep(TensorType type, const std::vector<const uint8_t*>& rows, size
 // not the kernels'. The orders:
 //  - DotRows': groups of four, group i holding entries i, i + q, i + 2q and
 //    i + 3q (q = count / 4), then the rest; each row's bytes one group
-//    ahead, or several for short rows (simd::Prefetcher, LeadGroups);
+//    ahead, or several for short rows (simd::Prefetcher, LeadGroups), and
+//    where those go into L2, the group's own rows simd::kL1NearBytes ahead
+//    into L1 (simd::NearLines);
 //  - AxpyRows': four consecutive entries at a time, each row prefetched
 //    kPrefetchAhead bytes ahead, running on into the rows of the four
 //    LeadGroups ahead;
@@ -355,6 +358,18 @@ float IntegerStep(TensorType type, const std::vector<const uint8_t*>& rows, size
 //    (simd::AxpyIntPrefetchDistance), its first `int_distance` bytes
 //    before the first line is read.
 enum class ReadOrder { kDot, kAxpy, kAxpyInt };
+
+// Rows shorter than a load (an F32 row of one element): each row's bytes,
+// without prefetches.
+uint64_t ReadShortRows(const uint8_t* const* rows, size_t count, size_t row_bytes) {
+  uint64_t sum = 0;
+  for (size_t k = 0; k < count; ++k) {
+    uint64_t v = 0;
+    std::memcpy(&v, rows[k], row_bytes);
+    sum += v;
+  }
+  return sum;
+}
 
 uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, ReadOrder order,
                   size_t int_distance) {
@@ -384,6 +399,7 @@ uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, Re
                        : order == ReadOrder::kDot ? row_bytes
                                                   : int_distance;
   const bool into_l2 = order == ReadOrder::kAxpyInt || simd::PrefetchIntoL2(4, ahead);
+  const bool near_l1 = into_l2 && order == ReadOrder::kDot;
   // Groups ahead that a position past the row's end maps to: the integer
   // sums' streams run on into the next group's rows, the others
   // LeadGroups ahead.
@@ -404,22 +420,63 @@ uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, Re
       for (size_t o = 0; o < row_bytes; o += 64) simd::PrefetchLine(rows[r] + o, into_l2);
     }
   }
+  // The loop below keeps its own work per line small, since that work
+  // costs bandwidth here: with a division per line and each load copied
+  // through a memcpy of variable length (a byte loop with stores, for rows
+  // shorter than 8 bytes), a quarter of Q4_0S rows 2048 wide in order read
+  // at 67-68% of the four-stream probe in DotRows' order, 65-66% in
+  // AxpyRows' and 70% in the integer sums', against 73-76%, 74-76% and
+  // 80-81% with this loop (before DotRows' near prefetches); every row,
+  // 79-87%, 81-82% and 83-87% against 89-93%, 92% and 91-93% (Emerald
+  // Rapids VM, three alternated rounds of
+  // `gather_bench --types q4_0s --shapes 2048x5632 --parts 1 --kernels
+  // read,read-axpy,read-int --clock cpu`, slow rounds left out). So these
+  // lines are what such a loop reaches, not a hard bound: one with the
+  // four rows' pointers in registers and no loop over them read DotRows'
+  // order at 85-95% over that quarter.
+  if (row_bytes < sizeof(uint64_t)) return ReadShortRows(rows, count, row_bytes);
   uint64_t sum = 0;
   for (size_t k = 0; k < count; k += group) {
     const size_t m = std::min(group, count - k);
+    // The prefetched position, `ahead` bytes past the line being read:
+    // `wraps` rows past it, `line` bytes into the row there, which is
+    // `lead` groups on for each row.
+    size_t wraps = ahead / row_bytes, line = ahead % row_bytes;
+    // The rows read and the rows prefetched, in locals.
+    const uint8_t* cur[16];
+    const uint8_t* next[16];
+    for (size_t r = 0; r < m; ++r) cur[r] = rows[k + r];
+    size_t prefetched = 0;  // rows in next[]
+    const auto aim = [&] {
+      const size_t first = std::min(k + wraps * lead * group, count);
+      prefetched = std::min(first + group, count) - first;
+      for (size_t r = 0; r < prefetched; ++r) next[r] = rows[first + r];
+    };
+    aim();
+    // Where the rows go into L2, DotRows also prefetches the rows it reads
+    // simd::kL1NearBytes ahead into L1 (gather-inl.h: NearLines).
+    const size_t near = near_l1 ? std::min(simd::kL1NearBytes, row_bytes) : 0;
+    for (size_t r = 0; r < m; ++r) {
+      for (size_t b = 0; b < near; b += 64) hwy::Prefetch(cur[r] + b);
+    }
     for (size_t o = 0; o < row_bytes; o += 64) {
-      const size_t p = o + ahead;
-      const size_t first = k + p / row_bytes * lead * group;
-      for (size_t r = first; r < std::min(first + group, count); ++r) {
-        simd::PrefetchLine(rows[r] + p % row_bytes, into_l2);
+      if (o + near < row_bytes && near != 0) {
+        for (size_t r = 0; r < m; ++r) hwy::Prefetch(cur[r] + o + near);
       }
-      // The line's first 8 bytes, or the row's last ones (rows may be
-      // shorter than 8 bytes: an F32 row of one element).
-      const size_t len = std::min(sizeof(uint64_t), row_bytes);
-      const size_t at = std::min(o, row_bytes - len);
+      if (into_l2) {
+        for (size_t r = 0; r < prefetched; ++r) __builtin_prefetch(next[r] + line, 0, 2);
+      } else {
+        for (size_t r = 0; r < prefetched; ++r) hwy::Prefetch(next[r] + line);
+      }
+      if ((line += 64) >= row_bytes) {
+        for (; line >= row_bytes; line -= row_bytes) ++wraps;
+        aim();
+      }
+      // The line's first 8 bytes, or the row's last ones.
+      const size_t at = std::min(o, row_bytes - sizeof(uint64_t));
       for (size_t r = 0; r < m; ++r) {
-        uint64_t v = 0;
-        std::memcpy(&v, rows[k + r] + at, len);
+        uint64_t v;
+        std::memcpy(&v, cur[r] + at, sizeof(v));
         sum += v;
       }
     }
@@ -461,7 +518,7 @@ int Main(int argc, char** argv) {
       ("tokens", "Tokens per call (batch)", cxxopts::value<size_t>()->default_value("1"))
       ("kernels", "dot,axpy,axpy-int,read,read-axpy,read-int (axpy-int: AxpyRows' sums in "
        "integers, simd/axpy_int.h, Q4_0S and Q4_0; read: the rows DotRows loads, without "
-       "arithmetic, the pattern's ceiling; read-axpy and read-int: the same in AxpyRows' order "
+       "arithmetic, the pattern's reference; read-axpy and read-int: the same in AxpyRows' order "
        "and in the integer sums')",
        cxxopts::value<std::string>()->default_value("dot,axpy,read"))
       ("reps", "Timed repetitions per case (median reported)",

@@ -63,6 +63,12 @@ inline constexpr size_t kL1PrefetchBytes = 2048;
 
 inline bool PrefetchIntoL2(size_t rows, size_t ahead) { return rows * ahead > kL1PrefetchBytes; }
 
+// Where rows are prefetched into L2, how far ahead DotRows also prefetches
+// the lines of the rows it reads into L1 (gather-inl.h: NearLines says why).
+// DotRows over Q4_0S rows 2048 wide read alike with 384, 512 and 768 bytes
+// (four alternated rounds), and gained less with 128 and 192 (three).
+inline constexpr size_t kL1NearBytes = 512;
+
 // Prefetches the line at p into L2 (GCC and Clang emit prefetcht1 on x86
 // and PRFM PLDL2KEEP on Arm; Highway 1.0.3's Prefetch has no such hint) or
 // into L1. Always inlined: as a plain inline function, GCC 12 dropped
