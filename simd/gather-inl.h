@@ -93,13 +93,14 @@ enum class PrefetchFrom {
 // 2048x5632,4096x11008 --parts 1 --kernels dot,axpy --clock cpu` against
 // the build before, % of the four-stream probe: DotRows over a quarter of
 // the rows in order, Q4_0S 2048 wide 60-71 -> 69-76, 4096 wide 70-72 ->
-// 81-84, Q8_0 58-66 -> 66-75 and 69-75 -> 80-82; over every row, Q4_0S
-// 79-91 -> 89-93 and 88-91 -> 92-95, Q8_0 4096 wide 83-92 -> 92-94, F16 2048
-// wide 85-95 -> 96-98. The float AxpyRows gained over Q4_0S and F16 rows
-// (Q4_0S 2048 wide, a quarter 50-55 -> 58-60) but lost over Q8_0 rows
-// (4096 wide, a quarter in order 73-77 -> 64-73), so it keeps one level.
-// Rows short enough to be prefetched into L1 (row_prefetch.h) have no
-// second level: their distance is within L1's reach already.
+// 81-84 (a round whose probe fell left out), Q8_0 58-66 -> 66-75 (and one
+// round at 45) and 69-75 -> 80-82; over every row, Q4_0S 79-91 -> 89-93
+// and 88-93 -> 92-95, F16 2048 wide 85-95 -> 96-98. The float AxpyRows
+// gained over Q4_0S and F16 rows (Q4_0S 2048 wide, a quarter 50-55 ->
+// 58-60) but lost over Q8_0 rows (4096 wide, a quarter in order 73-77 ->
+// 64-73), so it keeps one level. Rows short enough to be prefetched into
+// L1 (row_prefetch.h) have no second level: their distance is within L1's
+// reach already.
 enum class NearLines { kNo, kIntoL1 };
 
 template <size_t kRows>
