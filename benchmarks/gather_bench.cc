@@ -463,11 +463,7 @@ uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, Re
       if (o + near < row_bytes && near != 0) {
         for (size_t r = 0; r < m; ++r) hwy::Prefetch(cur[r] + o + near);
       }
-      if (into_l2) {
-        for (size_t r = 0; r < prefetched; ++r) __builtin_prefetch(next[r] + line, 0, 2);
-      } else {
-        for (size_t r = 0; r < prefetched; ++r) hwy::Prefetch(next[r] + line);
-      }
+      for (size_t r = 0; r < prefetched; ++r) simd::PrefetchLine(next[r] + line, into_l2);
       if ((line += 64) >= row_bytes) {
         for (; line >= row_bytes; line -= row_bytes) ++wraps;
         aim();
