@@ -1,5 +1,6 @@
 #include "benchmarks/bench_util.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -42,6 +43,19 @@ std::string LoadAverage() {
   std::string a, b, c;
   if (!(f >> a >> b >> c)) return "unknown";
   return a + " " + b + " " + c;
+}
+
+double MedianPairedRatio(const std::vector<double>& rates, const std::vector<double>& probe_rates) {
+  if (rates.empty() || probe_rates.size() != rates.size() + 1) {
+    throw std::logic_error(StrCat("MedianPairedRatio: ", rates.size(), " rates and ",
+                                  probe_rates.size(), " probe passes"));
+  }
+  std::vector<double> ratios(rates.size());
+  for (size_t r = 0; r < rates.size(); ++r) {
+    ratios[r] = rates[r] / (0.5 * (probe_rates[r] + probe_rates[r + 1]));
+  }
+  std::nth_element(ratios.begin(), ratios.begin() + ratios.size() / 2, ratios.end());
+  return ratios[ratios.size() / 2];
 }
 
 }  // namespace sparrow::bench

@@ -39,4 +39,13 @@ class CopyRotation {
   size_t copies_, next_ = 0;
 };
 
+// The figure a benchmark gives as "% of probe": the median over repetitions
+// of rates[r] / the mean of probe_rates[r] and probe_rates[r + 1], the probe
+// passes just before and just after repetition r (so probe_rates holds one
+// more than rates). On a shared machine a neighbour's busy spell slows the
+// passes it overlaps; the kernel and the probe beside it then fall together,
+// where the median of each alone can come from different spells and put
+// the ratio far off (gemv_bench on a 2 vCPU VM gave 130-159% in such runs).
+double MedianPairedRatio(const std::vector<double>& rates, const std::vector<double>& probe_rates);
+
 }  // namespace sparrow::bench

@@ -36,9 +36,11 @@
 // One repetition is what src/ops/row_ops.cc does for one call: for DotRows
 // prepare the activations and split the row list over ParallelFor, for
 // AxpyRows split the columns (each thread adds every row to its columns).
-// Before each repetition the probe reads as many bytes as the repetition's
-// rows hold (StreamProbe: from its own buffer, never cached), so both
-// medians see the same machine conditions.
+// Before each repetition, and once after the last, the probe reads as many
+// bytes as the repetition's rows hold (StreamProbe: from its own buffer,
+// never cached); the percentage compares each repetition with the passes
+// beside it (MedianPairedRatio), so both sides see the same machine
+// conditions.
 //
 //   gather_bench [--types q8_0,q4_0,f16,f32] [--shapes 2048x5632,4096x11008]
 //                [--threads 1,2] [--tokens 1] [--reps 15] [--rotate-mib 768]
@@ -499,6 +501,7 @@ struct Result {
   int threads;
   size_t tokens;
   double mb, ms, gbs, best_gbs, probe_gbs;
+  double pct;  // % of the probe: MedianPairedRatio
 };
 
 int Main(int argc, char** argv) {
@@ -770,24 +773,38 @@ int Main(int argc, char** argv) {
               }
             }
             run(rows_of(rotation.Next()));  // warm-up (thread pool, buffers)
-            std::vector<double> seconds, probe_rates;
+            std::vector<double> seconds, probe_rates, rates;
+            const size_t pass_bytes = count * row_parts * caches.part_bytes;
+            const double bytes = static_cast<double>(pass_bytes);
             for (int r = 0; r < reps; ++r) {
               const std::vector<const uint8_t*> rows = rows_of(rotation.Next());
               std::fill(y.begin(), y.end(), 0.0f);
-              probe_rates.push_back(probe.Pass(count * row_parts * caches.part_bytes));
+              probe_rates.push_back(probe.Pass(pass_bytes));
               seconds.push_back(run(rows));
+              rates.push_back(bytes / seconds.back() / 1e9);
             }
+            probe_rates.push_back(probe.Pass(pass_bytes));  // (MedianPairedRatio)
+            const double pct = 100 * MedianPairedRatio(rates, probe_rates);
             std::sort(seconds.begin(), seconds.end());
             std::sort(probe_rates.begin(), probe_rates.end());
             const double median = seconds[seconds.size() / 2];
-            const double bytes = static_cast<double>(count * row_parts * caches.part_bytes);
-            Result res{std::string(TensorTypeName(type)), kernel.label,
-                       label, shape, threads, n, bytes / 1e6, median * 1e3,
-                       bytes / median / 1e9, bytes / seconds.front() / 1e9,
-                       probe_rates[probe_rates.size() / 2]};
-            std::fprintf(stderr, "%-5s %-8s %4zux%-5zu %-18s t=%d: %6.2f GB/s (probe %.2f, %.0f%%)\n",
+            Result res{std::string(TensorTypeName(type)),
+                       kernel.label,
+                       label,
+                       shape,
+                       threads,
+                       n,
+                       bytes / 1e6,
+                       median * 1e3,
+                       bytes / median / 1e9,
+                       bytes / seconds.front() / 1e9,
+                       probe_rates[probe_rates.size() / 2],
+                       pct};
+            std::fprintf(stderr,
+                         "%-5s %-8s %4zux%-5zu %-18s t=%d: %6.2f GB/s (probe %.2f, %.0f%%; the "
+                         "ratio of the medians %.0f%%)\n",
                          res.type.c_str(), res.kernel.c_str(), shape.d_model, shape.count, label,
-                         threads, res.gbs, res.probe_gbs, 100 * res.gbs / res.probe_gbs);
+                         threads, res.gbs, res.probe_gbs, pct, 100 * res.gbs / res.probe_gbs);
             table.push_back(res);
           }
         }
@@ -801,8 +818,7 @@ int Main(int argc, char** argv) {
   for (const Result& r : table) {
     std::printf("| %s | %s | %zux%zu | %s | %d | %.1f | %.3f | %.2f | %.2f | %.2f | %.0f%% |\n",
                 r.type.c_str(), r.kernel.c_str(), r.shape.d_model, r.shape.count,
-                r.selection.c_str(), r.threads, r.mb, r.ms, r.gbs, r.best_gbs, r.probe_gbs,
-                100 * r.gbs / r.probe_gbs);
+                r.selection.c_str(), r.threads, r.mb, r.ms, r.gbs, r.best_gbs, r.probe_gbs, r.pct);
   }
   if (n > 1) {
     std::printf("\n(batch of %zu tokens: multiply GB/s by %zu for the multiply-adds' weight "

@@ -9,10 +9,12 @@
 // taken in turn across thread counts (CopyRotation), so the weights never
 // come from cache. A repetition is the whole product:
 // GemvInput::Prepare plus Gemv over all rows through ParallelFor, as in
-// ops::MatVec. Before each repetition the probe reads as many bytes as the
-// matrix holds from its own buffer (never cached either); both figures are
-// medians over the repetitions, so a machine that is busy for a while
-// weighs on both alike.
+// ops::MatVec. Before each repetition, and once after the last, the probe
+// reads as many bytes as the matrix holds from its own buffer (never cached
+// either). GB/s are medians over the repetitions; the percentage of the
+// probe is the median of each repetition's rate over the passes beside it
+// (MedianPairedRatio), so a machine that is busy for a while weighs on both
+// sides alike.
 //
 // Two probes: the plain one (each thread sums its part front to back: one
 // stream per thread, the usual stream-read figure), and one reading four
@@ -212,6 +214,7 @@ struct Row {
   Shape shape;
   int threads;
   double mb, ms, gbs, best_gbs, probe1_gbs, probe4_gbs;
+  double pct1, pct4;  // % of each probe: MedianPairedRatio
 };
 
 // QuantizeRow throughput (it writes synthetic models, so its speed decides
@@ -361,26 +364,44 @@ int Main(int argc, char** argv) {
         Product(kind, m.copy(0), m.row_bytes, shape, x.data(), input, packed_input, y.data());
         CheckAgainstReference(kind, m, shape, x, y);
         std::vector<double> seconds, probe1_rates, probe4_rates;
-        for (int r = 0; r < reps; ++r) {
+        const auto probe_passes = [&] {
           probe.set_streams(1);
           probe1_rates.push_back(probe.Pass(m.matrix_bytes, g_cpu_clock));
           probe.set_streams(4);
           probe4_rates.push_back(probe.Pass(m.matrix_bytes, g_cpu_clock));
+        };
+        const double bytes = static_cast<double>(m.matrix_bytes);
+        std::vector<double> rates;
+        for (int r = 0; r < reps; ++r) {
+          probe_passes();
           const uint8_t* w = m.copy(rotation.Next());
           seconds.push_back(
               Product(kind, w, m.row_bytes, shape, x.data(), input, packed_input, y.data()));
+          rates.push_back(bytes / seconds.back() / 1e9);
         }
+        probe_passes();  // after the last repetition (MedianPairedRatio)
+        const double pct1 = 100 * MedianPairedRatio(rates, probe1_rates);
+        const double pct4 = 100 * MedianPairedRatio(rates, probe4_rates);
         std::sort(seconds.begin(), seconds.end());
         std::sort(probe1_rates.begin(), probe1_rates.end());
         std::sort(probe4_rates.begin(), probe4_rates.end());
         const double median = seconds[seconds.size() / 2];
-        const double bytes = static_cast<double>(m.matrix_bytes);
-        Row row{kind.name, shape, threads, bytes / 1e6,
-                median * 1e3, bytes / median / 1e9, bytes / seconds.front() / 1e9,
-                probe1_rates[probe1_rates.size() / 2], probe4_rates[probe4_rates.size() / 2]};
-        std::fprintf(stderr, "%-5s %5zux%-5zu t=%d: %6.2f GB/s (probes %.2f / %.2f: %.0f%% / %.0f%%)\n",
-                     row.type.c_str(), shape.cols, shape.rows, threads, row.gbs,
-                     row.probe1_gbs, row.probe4_gbs, 100 * row.gbs / row.probe1_gbs,
+        Row row{kind.name,
+                shape,
+                threads,
+                bytes / 1e6,
+                median * 1e3,
+                bytes / median / 1e9,
+                bytes / seconds.front() / 1e9,
+                probe1_rates[probe1_rates.size() / 2],
+                probe4_rates[probe4_rates.size() / 2],
+                pct1,
+                pct4};
+        std::fprintf(stderr,
+                     "%-5s %5zux%-5zu t=%d: %6.2f GB/s (probes %.2f / %.2f: %.0f%% / %.0f%%; "
+                     "ratios of the medians %.0f%% / %.0f%%)\n",
+                     row.type.c_str(), shape.cols, shape.rows, threads, row.gbs, row.probe1_gbs,
+                     row.probe4_gbs, pct1, pct4, 100 * row.gbs / row.probe1_gbs,
                      100 * row.gbs / row.probe4_gbs);
         table.push_back(row);
       }
@@ -391,10 +412,10 @@ int Main(int argc, char** argv) {
               "| probe GB/s (1 stream) | %% of probe | probe GB/s (4 streams) | %% of 4-stream probe |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : table) {
-    std::printf("| %s | %zux%zu | %d | %.1f | %.3f | %.2f | %.2f | %.2f | %.0f%% | %.2f | %.0f%% |\n",
-                r.type.c_str(), r.shape.cols, r.shape.rows, r.threads, r.mb, r.ms,
-                r.gbs, r.best_gbs, r.probe1_gbs, 100 * r.gbs / r.probe1_gbs, r.probe4_gbs,
-                100 * r.gbs / r.probe4_gbs);
+    std::printf(
+        "| %s | %zux%zu | %d | %.1f | %.3f | %.2f | %.2f | %.2f | %.0f%% | %.2f | %.0f%% |\n",
+        r.type.c_str(), r.shape.cols, r.shape.rows, r.threads, r.mb, r.ms, r.gbs, r.best_gbs,
+        r.probe1_gbs, r.pct1, r.probe4_gbs, r.pct4);
   }
   if (opts["quantize-speed"].as<bool>()) PrintQuantizeSpeed(types);
   std::printf("\nload average at end: %s\n", LoadAverage().c_str());
