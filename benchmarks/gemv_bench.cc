@@ -29,7 +29,12 @@
 //
 //   gemv_bench [--types q4_0,q4_0x8,q4_K,q4_Kx8,q8_0,f16] [--shapes 4096x11008] [--threads 1,2]
 //              [--reps 21] [--rotate-mib 512] [--probe-mib 1024] [--pages huge|small]
-//              [--clock wall|cpu] [--quantize-speed]
+//              [--clock wall|cpu] [--read] [--quantize-speed]
+//
+// --read adds, after each packed type, a line reading its matrix in the
+// packed kernels' order with their prefetches and no arithmetic
+// (ReadPacked): a reference for what a kernel could reach, as gather_bench's
+// read lines are for the gather kernels.
 //
 // --clock cpu: on a machine shared with busy neighbours, wall time mostly
 // measures the scheduler. With this option each repetition is timed by CPU
@@ -43,9 +48,11 @@
 // transpose (the down projection).
 
 #include <cxxopts.hpp>
+#include <hwy/cache_control.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -135,18 +142,52 @@ bool g_cpu_clock = false;  // --clock cpu
 // with --clock cpu the CPU time of Prepare plus the largest CPU time of any
 // thread's rows.
 // A weight type as benchmarked: packed is Q4_0 in the packed layout.
+// read: not a product but ReadPacked over the packed matrix.
 struct Kind {
   TensorType type;
   bool packed;
   std::string name;
+  bool read = false;
 };
+
+// A reference for the packed kernels' access pattern (simd/packed_gemv.h):
+// `groups` groups of `group_bytes` in their order (the two halves of the
+// range side by side, each front to back), one 8-byte load per 64-byte line
+// and no arithmetic, each line prefetched simd::kPackedPrefetchAhead bytes
+// ahead as they do. Where a kernel reads less than this, the difference is
+// what its own work costs; where this reads less than the probe, the
+// pattern's.
+uint64_t ReadPacked(const uint8_t* w, size_t groups, size_t group_bytes, bool prefetch) {
+  constexpr size_t kAhead = simd::kPackedPrefetchAhead;
+  const size_t half = groups / 2;
+  const size_t stream = half * group_bytes;  // each half's bytes
+  const uint8_t* a = w;
+  const uint8_t* b = w + stream;
+  const auto load = [](const uint8_t* p) {
+    uint64_t v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+  };
+  uint64_t sum = 0;
+  for (size_t o = 0; o < stream; o += 64) {
+    if (prefetch) {
+      hwy::Prefetch(a + o + kAhead);
+      hwy::Prefetch(b + o + kAhead);
+    }
+    sum += load(a + o) + load(b + o);
+  }
+  for (size_t o = 2 * stream; o < groups * group_bytes; o += 64) sum += load(w + o);  // odd group
+  return sum;
+}
+uint64_t g_read_sink = 0;  // keeps ReadPacked's loads
 
 double Product(const Kind& kind, const uint8_t* w, size_t row_bytes, Shape shape,
                const float* x, simd::GemvInput& input, simd::PackedGemvInput& packed_input,
                float* y) {
   const double wall0 = NowSeconds();
   const double cpu0 = g_cpu_clock ? ThreadCpuSeconds() : 0.0;
-  if (kind.packed) {
+  if (kind.read) {
+  } else if (kind.packed) {
     packed_input.Prepare(x, shape.cols);
   } else {
     input.Prepare(kind.type, x, shape.cols);
@@ -159,7 +200,11 @@ double Product(const Kind& kind, const uint8_t* w, size_t row_bytes, Shape shape
   const size_t items = kind.packed ? shape.rows / simd::kPackedRows : shape.rows;
   ParallelFor(items, kind.packed ? 1 : 4, [&](size_t begin, size_t end, int) {
     const double c0 = g_cpu_clock ? ThreadCpuSeconds() : 0.0;
-    if (kind.packed) {
+    if (kind.read) {
+      const size_t group_bytes = simd::kPackedRows * row_bytes;
+      g_read_sink += ReadPacked(w + begin * group_bytes, end - begin, group_bytes,
+                                !simd::CpuStreamsRowsItself());
+    } else if (kind.packed) {
       simd::PackedGemv(kind.type, w, shape.cols, *packed_prepared, begin, end, y);
     } else {
       simd::Gemv(kind.type, w, row_bytes, shape.cols, *prepared, begin, end, y);
@@ -252,28 +297,35 @@ int Main(int argc, char** argv) {
   cxxopts::Options options("gemv_bench",
                            "GEMV weight bandwidth per type and shape, and as a "
                            "percentage of a stream-read probe.");
-  options.add_options()
-      ("types", "Weight types", cxxopts::value<std::string>()->default_value(
-          "f32,f16,bf16,q8_0,q8_0x8,q4_0,q4_0x8,q4_0s,q4_K,q4_Kx8,q6_K"))
-      ("shapes", "Shapes COLSxROWS (ggml order)", cxxopts::value<std::string>()->default_value(
-          "4096x4096,4096x11008,11008x4096,2048x5632"))
-      ("threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))
-      ("reps", "Timed repetitions per case (median reported)",
-       cxxopts::value<int>()->default_value("21"))
-      ("rotate-mib", "Total size of the matrix copies that repetitions rotate through",
-       cxxopts::value<size_t>()->default_value("512"))
-      ("probe-mib", "Stream probe buffer size", cxxopts::value<size_t>()->default_value("1024"))
-      ("pages", "huge (the matrices' and the probe's whole 2 MiB pages advised for transparent "
-       "huge pages, as the engine's resident matrices are) or small",
-       cxxopts::value<std::string>()->default_value("huge"))
-      ("clock", "wall, or cpu: per-thread CPU time (for a machine shared with "
-       "busy neighbours; see the top comment)", cxxopts::value<std::string>()->default_value("wall"))
-      ("hide-cpu-extensions", "Measure the forms kernels take on CPUs without the "
-       "extensions they check at run time (x86 VNNI and BF16, Arm dotprod and i8mm)",
-       cxxopts::value<bool>()->default_value("false"))
-      ("quantize-speed", "Also time QuantizeRow/DequantizeRow per type",
-       cxxopts::value<bool>()->default_value("false"))
-      ("h,help", "Show this help");
+  options.add_options()("types", "Weight types",
+                        cxxopts::value<std::string>()->default_value(
+                            "f32,f16,bf16,q8_0,q8_0x8,q4_0,q4_0x8,q4_0s,q4_K,q4_Kx8,q6_K"))(
+      "shapes", "Shapes COLSxROWS (ggml order)",
+      cxxopts::value<std::string>()->default_value("4096x4096,4096x11008,11008x4096,2048x5632"))(
+      "threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))(
+      "reps", "Timed repetitions per case (median reported)",
+      cxxopts::value<int>()->default_value("21"))(
+      "rotate-mib", "Total size of the matrix copies that repetitions rotate through",
+      cxxopts::value<size_t>()->default_value("512"))(
+      "probe-mib", "Stream probe buffer size", cxxopts::value<size_t>()->default_value("1024"))(
+      "pages",
+      "huge (the matrices' and the probe's whole 2 MiB pages advised for transparent "
+      "huge pages, as the engine's resident matrices are) or small",
+      cxxopts::value<std::string>()->default_value("huge"))(
+      "clock",
+      "wall, or cpu: per-thread CPU time (for a machine shared with "
+      "busy neighbours; see the top comment)",
+      cxxopts::value<std::string>()->default_value("wall"))(
+      "hide-cpu-extensions",
+      "Measure the forms kernels take on CPUs without the "
+      "extensions they check at run time (x86 VNNI and BF16, Arm dotprod and i8mm)",
+      cxxopts::value<bool>()->default_value("false"))(
+      "read",
+      "After each packed type, a reference: its matrix read in the packed kernels' "
+      "order, with their prefetches, without arithmetic",
+      cxxopts::value<bool>()->default_value("false"))(
+      "quantize-speed", "Also time QuantizeRow/DequantizeRow per type",
+      cxxopts::value<bool>()->default_value("false"))("h,help", "Show this help");
   const auto opts = options.parse(argc, argv);
   if (opts.count("help")) {
     std::cout << options.help() << "\n";
@@ -286,6 +338,7 @@ int Main(int argc, char** argv) {
       const auto t = ParseTensorType(name.substr(0, name.size() - 2));
       if (!t || !simd::PackedGemvSupports(*t)) ThrowInputError("no packed layout for '", name, "'");
       kinds.push_back(Kind{*t, true, name});
+      if (opts["read"].as<bool>()) kinds.push_back(Kind{*t, true, name + " read", true});
       continue;
     }
     const auto t = ParseTensorType(name);
@@ -362,7 +415,7 @@ int Main(int argc, char** argv) {
       for (int threads : thread_counts) {
         SetThreadCount(threads);
         Product(kind, m.copy(0), m.row_bytes, shape, x.data(), input, packed_input, y.data());
-        CheckAgainstReference(kind, m, shape, x, y);
+        if (!kind.read) CheckAgainstReference(kind, m, shape, x, y);
         std::vector<double> seconds, probe1_rates, probe4_rates;
         const auto probe_passes = [&] {
           probe.set_streams(1);

@@ -38,9 +38,9 @@
 
 #include "base/tensor_type.h"
 #include "simd/int8_dot-inl.h"
-#include "simd/quantize-inl.h"  // Q4_0BlockToBF16
+#include "simd/packed_gemv.h"   // kPackedPrefetchAhead
 #include "simd/quant_blocks.h"  // HalfBitsToFloat
-#include "simd/quantize-inl.h"  // PromoteHalf
+#include "simd/quantize-inl.h"  // PromoteHalf, Q4_0BlockToBF16
 #include "simd/targets.h"       // CpuStreamsRowsItself
 
 HWY_BEFORE_NAMESPACE();
@@ -239,18 +239,17 @@ HWY_INLINE void PackedQ4_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
   off_b = hn::MulAdd(scale_b, vsum, off_b);
 }
 
-// Software prefetches kPackedPrefetchAhead bytes ahead of where a group's
-// kernel reads, each line once, issued as the kernel gets through a block
-// (Upto: the kernel has reached `at`) rather than a whole block's lines at
-// the block's start: Q4_K's blocks are 1152 bytes, 18 lines at once, and
-// Q4_K's kernel now reports each quarter. 2 vCPU Emerald Rapids VM, one
-// thread, three alternated rounds of `gemv_bench --types
+// Software prefetches kPackedPrefetchAhead (packed_gemv.h) bytes ahead of
+// where a group's kernel reads, each line once, issued as the kernel gets
+// through a block (Upto: the kernel has reached `at`) rather than a whole
+// block's lines at the block's start: Q4_K's blocks are 1152 bytes, 18
+// lines at once, and Q4_K's kernel now reports each quarter. 2 vCPU Emerald
+// Rapids VM, one thread, three alternated rounds of `gemv_bench --types
 // q4_0x8,q8_0x8,q4_Kx8 --shapes 2048x5632,4096x4096,768x3072 --threads 1
 // --clock cpu`, % of the four-stream probe: Q4_K 78-84 -> 84-90, Q8_0
 // (272-byte blocks) 88-93 -> 90-98, Q4_0 unchanged (86-92).
 // (The batch kernels below prefetch the same distance ahead, a block at a
 // time.)
-inline constexpr size_t kPackedPrefetchAhead = 2048;
 class StreamPrefetcher {
  public:
   explicit StreamPrefetcher(const uint8_t* start)

@@ -52,6 +52,13 @@ namespace sparrow::simd {
 
 inline constexpr size_t kPackedRows = 8;
 
+// How far ahead of where they read the packed kernels prefetch each line
+// (packed_gemv-inl.h: StreamPrefetcher), except on CPUs whose hardware
+// follows the streams itself (CpuStreamsRowsItself). They read a range of
+// groups as two streams, its halves front to back side by side (group g
+// with group g + half). gemv_bench's `--read` reference reads the same way.
+inline constexpr size_t kPackedPrefetchAhead = 2048;
+
 // Types with a packed layout (TypeAbility::kPack in base/tensor_type.cc:
 // Q4_0, Q4_K and Q8_0).
 bool PackedGemvSupports(TensorType type);
