@@ -138,9 +138,6 @@ Matrices MakeMatrices(TensorType type, Shape shape, size_t rotate_bytes, bool hu
 
 bool g_cpu_clock = false;  // --clock cpu
 
-// One full product, as ops::MatVec does it; returns its time: wall time, or
-// with --clock cpu the CPU time of Prepare plus the largest CPU time of any
-// thread's rows.
 // A weight type as benchmarked: packed is Q4_0 in the packed layout.
 // read: not a product but ReadPacked over the packed matrix.
 struct Kind {
@@ -181,15 +178,17 @@ uint64_t ReadPacked(const uint8_t* w, size_t groups, size_t group_bytes, bool pr
 }
 uint64_t g_read_sink = 0;  // keeps ReadPacked's loads
 
+// One full product, as ops::MatVec does it (or a ReadPacked pass); returns
+// its time: wall time, or with --clock cpu the CPU time of Prepare plus the
+// largest CPU time of any thread's rows.
 double Product(const Kind& kind, const uint8_t* w, size_t row_bytes, Shape shape,
                const float* x, simd::GemvInput& input, simd::PackedGemvInput& packed_input,
                float* y) {
   const double wall0 = NowSeconds();
   const double cpu0 = g_cpu_clock ? ThreadCpuSeconds() : 0.0;
-  if (kind.read) {
-  } else if (kind.packed) {
+  if (kind.packed && !kind.read) {
     packed_input.Prepare(x, shape.cols);
-  } else {
+  } else if (!kind.packed) {
     input.Prepare(kind.type, x, shape.cols);
   }
   const double prepare_cpu = g_cpu_clock ? ThreadCpuSeconds() - cpu0 : 0.0;
@@ -297,35 +296,33 @@ int Main(int argc, char** argv) {
   cxxopts::Options options("gemv_bench",
                            "GEMV weight bandwidth per type and shape, and as a "
                            "percentage of a stream-read probe.");
-  options.add_options()("types", "Weight types",
-                        cxxopts::value<std::string>()->default_value(
-                            "f32,f16,bf16,q8_0,q8_0x8,q4_0,q4_0x8,q4_0s,q4_K,q4_Kx8,q6_K"))(
-      "shapes", "Shapes COLSxROWS (ggml order)",
-      cxxopts::value<std::string>()->default_value("4096x4096,4096x11008,11008x4096,2048x5632"))(
-      "threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))(
-      "reps", "Timed repetitions per case (median reported)",
-      cxxopts::value<int>()->default_value("21"))(
-      "rotate-mib", "Total size of the matrix copies that repetitions rotate through",
-      cxxopts::value<size_t>()->default_value("512"))(
-      "probe-mib", "Stream probe buffer size", cxxopts::value<size_t>()->default_value("1024"))(
-      "pages",
-      "huge (the matrices' and the probe's whole 2 MiB pages advised for transparent "
-      "huge pages, as the engine's resident matrices are) or small",
-      cxxopts::value<std::string>()->default_value("huge"))(
-      "clock",
-      "wall, or cpu: per-thread CPU time (for a machine shared with "
-      "busy neighbours; see the top comment)",
-      cxxopts::value<std::string>()->default_value("wall"))(
-      "hide-cpu-extensions",
-      "Measure the forms kernels take on CPUs without the "
-      "extensions they check at run time (x86 VNNI and BF16, Arm dotprod and i8mm)",
-      cxxopts::value<bool>()->default_value("false"))(
-      "read",
-      "After each packed type, a reference: its matrix read in the packed kernels' "
-      "order, with their prefetches, without arithmetic",
-      cxxopts::value<bool>()->default_value("false"))(
-      "quantize-speed", "Also time QuantizeRow/DequantizeRow per type",
-      cxxopts::value<bool>()->default_value("false"))("h,help", "Show this help");
+  // clang-format off
+  options.add_options()
+      ("types", "Weight types", cxxopts::value<std::string>()->default_value(
+          "f32,f16,bf16,q8_0,q8_0x8,q4_0,q4_0x8,q4_0s,q4_K,q4_Kx8,q6_K"))
+      ("shapes", "Shapes COLSxROWS (ggml order)", cxxopts::value<std::string>()->default_value(
+          "4096x4096,4096x11008,11008x4096,2048x5632"))
+      ("threads", "Thread counts", cxxopts::value<std::string>()->default_value("1,2"))
+      ("reps", "Timed repetitions per case (median reported)",
+       cxxopts::value<int>()->default_value("21"))
+      ("rotate-mib", "Total size of the matrix copies that repetitions rotate through",
+       cxxopts::value<size_t>()->default_value("512"))
+      ("probe-mib", "Stream probe buffer size", cxxopts::value<size_t>()->default_value("1024"))
+      ("pages", "huge (the matrices' and the probe's whole 2 MiB pages advised for transparent "
+       "huge pages, as the engine's resident matrices are) or small",
+       cxxopts::value<std::string>()->default_value("huge"))
+      ("clock", "wall, or cpu: per-thread CPU time (for a machine shared with "
+       "busy neighbours; see the top comment)", cxxopts::value<std::string>()->default_value("wall"))
+      ("hide-cpu-extensions", "Measure the forms kernels take on CPUs without the "
+       "extensions they check at run time (x86 VNNI and BF16, Arm dotprod and i8mm)",
+       cxxopts::value<bool>()->default_value("false"))
+      ("read", "After each packed type, a reference: its matrix read in the packed kernels' "
+       "order, with their prefetches, without arithmetic",
+       cxxopts::value<bool>()->default_value("false"))
+      ("quantize-speed", "Also time QuantizeRow/DequantizeRow per type",
+       cxxopts::value<bool>()->default_value("false"))
+      ("h,help", "Show this help");
+  // clang-format on
   const auto opts = options.parse(argc, argv);
   if (opts.count("help")) {
     std::cout << options.help() << "\n";
