@@ -788,18 +788,9 @@ int Main(int argc, char** argv) {
             std::sort(seconds.begin(), seconds.end());
             std::sort(probe_rates.begin(), probe_rates.end());
             const double median = seconds[seconds.size() / 2];
-            Result res{std::string(TensorTypeName(type)),
-                       kernel.label,
-                       label,
-                       shape,
-                       threads,
-                       n,
-                       bytes / 1e6,
-                       median * 1e3,
-                       bytes / median / 1e9,
-                       bytes / seconds.front() / 1e9,
-                       probe_rates[probe_rates.size() / 2],
-                       pct};
+            Result res{std::string(TensorTypeName(type)), kernel.label, label, shape, threads, n,
+                       bytes / 1e6, median * 1e3, bytes / median / 1e9,
+                       bytes / seconds.front() / 1e9, probe_rates[probe_rates.size() / 2], pct};
             std::fprintf(stderr,
                          "%-5s %-8s %4zux%-5zu %-18s t=%d: %6.2f GB/s (probe %.2f, %.0f%%; the "
                          "ratio of the medians %.0f%%)\n",
