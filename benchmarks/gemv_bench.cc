@@ -51,6 +51,7 @@
 #include <hwy/cache_control.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -176,7 +177,7 @@ uint64_t ReadPacked(const uint8_t* w, size_t groups, size_t group_bytes, bool pr
   for (size_t o = 2 * stream; o < groups * group_bytes; o += 64) sum += load(w + o);  // odd group
   return sum;
 }
-uint64_t g_read_sink = 0;  // keeps ReadPacked's loads
+std::atomic<uint64_t> g_read_sink{0};  // keeps ReadPacked's loads (threads add to it)
 
 // One full product, as ops::MatVec does it (or a ReadPacked pass); returns
 // its time: wall time, or with --clock cpu the CPU time of Prepare plus the
@@ -201,8 +202,9 @@ double Product(const Kind& kind, const uint8_t* w, size_t row_bytes, Shape shape
     const double c0 = g_cpu_clock ? ThreadCpuSeconds() : 0.0;
     if (kind.read) {
       const size_t group_bytes = simd::kPackedRows * row_bytes;
-      g_read_sink += ReadPacked(w + begin * group_bytes, end - begin, group_bytes,
-                                !simd::CpuStreamsRowsItself());
+      g_read_sink.fetch_add(ReadPacked(w + begin * group_bytes, end - begin, group_bytes,
+                                       !simd::CpuStreamsRowsItself()),
+                            std::memory_order_relaxed);
     } else if (kind.packed) {
       simd::PackedGemv(kind.type, w, shape.cols, *packed_prepared, begin, end, y);
     } else {
