@@ -296,6 +296,8 @@ struct PortableByteDotSum : PortableSignedBytes<DU8> {
   using DI32 = hn::Repartition<int32_t, DU8>;
   using DI16 = hn::Repartition<int16_t, DU8>;
   using Acc = hn::Vec<DI16>;
+  // Whether `a` may use all 8 bits (pmaddubsw's int16 pairs would saturate).
+  static constexpr bool kWholeUnsignedBytes = false;
   static HWY_INLINE Acc Zero() { return hn::Zero(DI16()); }
   static HWY_INLINE Acc Add(DU8 du8, Acc acc, hn::Vec<DU8> a, hn::Vec<DU8> b) {
     return hn::Add(acc, MulAddBytePairs(du8, a, b));
@@ -308,6 +310,8 @@ template <class DU8>
 struct Int32ByteDotSum {
   using DI32 = hn::Repartition<int32_t, DU8>;
   using Acc = hn::Vec<DI32>;
+  // Whether `a` may use all 8 bits: not for `sdot`, whose bytes are signed.
+  static constexpr bool kWholeUnsignedBytes = false;
   static HWY_INLINE Acc Zero() { return hn::Zero(DI32()); }
   static HWY_INLINE hn::Vec<DI32> Total(Acc acc) { return acc; }
   using SignedAcc = Acc;
@@ -330,6 +334,8 @@ template <class DU8>
 struct VnniByteDotSum : Int32ByteDotSum<DU8> {
   using typename Int32ByteDotSum<DU8>::Acc;
   static_assert(hn::MaxLanes(DU8()) == 32, "the VNNI form takes 256-bit vectors");
+  // vpdpbusd multiplies whole unsigned bytes into int32 lanes.
+  static constexpr bool kWholeUnsignedBytes = true;
   // Signed weights as w + 128 (the sign bit flipped): unsigned bytes.
   static constexpr int32_t kSignedBias = 128;
   static HWY_INLINE hn::Vec<DU8> PrepareSigned(DU8 du8, hn::Vec<DU8> w) {
