@@ -50,6 +50,8 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 inline constexpr size_t kPackedBlockBytes = 8 * 18;  // one Q4_0 block of 8 rows
+// Groups a single input's kernels read side by side (PackedGroups).
+inline constexpr size_t kPackedStreams = 4;
 inline constexpr size_t kPackedScaleBytes = 16;      // 8 f16 scales first
 inline constexpr size_t kPackedSuperBytes = 8 * 144;  // one Q4_K super-block of 8 rows
 inline constexpr size_t kPackedQ8BlockBytes = 8 * 34;  // one Q8_0 block of 8 rows
@@ -176,13 +178,11 @@ struct PackedQ8_0Kernel {
     PackedQ8_0OneGroup(p, nblocks, xq, sx, y);
   }
 };
-template <class Kernel, class Dots>
-HWY_INLINE void PackedGroupPair(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
-                                size_t nblocks, const int8_t* HWY_RESTRICT xq,
-                                const float* HWY_RESTRICT sx, const float* HWY_RESTRICT sums,
-                                float* HWY_RESTRICT y, float* HWY_RESTRICT y2) {
-  Kernel::OneGroup(p, nblocks, xq, sx, sums, y);
-  if (p2 != nullptr) Kernel::OneGroup(p2, nblocks, xq, sx, sums, y2);
+template <class Kernel, class Dots, size_t kGroups>
+HWY_INLINE void PackedGroups(const uint8_t* const* groups, size_t nblocks,
+                             const int8_t* HWY_RESTRICT xq, const float* HWY_RESTRICT sx,
+                             const float* HWY_RESTRICT sums, float* const* ys) {
+  for (size_t i = 0; i < kGroups; ++i) Kernel::OneGroup(groups[i], nblocks, xq, sx, sums, ys[i]);
 }
 #else
 
@@ -283,6 +283,7 @@ HWY_INLINE void PackedQ4_0Parts(DU8 du8, DF df, const uint8_t* HWY_RESTRICT pa, 
 // time.)
 class StreamPrefetcher {
  public:
+  StreamPrefetcher() = default;
   explicit StreamPrefetcher(const uint8_t* start)
       : next_(LineStart(start + kPackedPrefetchAhead)) {}
   HWY_INLINE void Upto(const uint8_t* at) {
@@ -296,58 +297,91 @@ class StreamPrefetcher {
   static uintptr_t LineStart(const uint8_t* p) {
     return reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
   }
-  uintptr_t next_;
+  uintptr_t next_ = 0;
 };
 
-// The single-input packed kernels' common frame: groups of 8 rows at `p`
-// and, on targets whose vectors hold 8 rows, `p2` (nullptr: none), giving
-// y[0..7] and y2[0..7]. Two groups at a time share the activation loads and
-// keep two streams in flight; 128-bit targets take a group's chunks as two
-// parts of 4 rows instead. Kernel gives the bytes of one block of 8 rows
-// (kBlockBytes), one block's work on two vectors' rows (Block, with an
-// accumulator and a second sum per vector: Q4_0's offsets, Q4_K's mins) and
-// the rows' results from those (Result).
-template <class Kernel, class Dots>
-HWY_INLINE void PackedGroupPair(const uint8_t* HWY_RESTRICT p, const uint8_t* HWY_RESTRICT p2,
-                                size_t nblocks, const int8_t* HWY_RESTRICT xq,
-                                const float* HWY_RESTRICT sx, const float* HWY_RESTRICT sums,
-                                float* HWY_RESTRICT y, float* HWY_RESTRICT y2) {
+// The single-input packed kernels' common frame: kGroups groups of 8 rows
+// (groups[i], giving ys[i][0..7]) read side by side, block by block. On
+// targets whose vectors hold 8 rows, two groups at a time share the
+// activation loads (a lone group fills both vectors: its results are kept
+// once); 128-bit targets take each group alone, its chunks as two parts of
+// 4 rows. Kernel gives the bytes of one block of 8 rows (kBlockBytes), one
+// block's work on two vectors' rows (Block, with an accumulator and a
+// second sum per vector: Q4_0's offsets, Q4_K's mins) and the rows'
+// results from those (Result).
+//
+// Four groups side by side keep four streams in flight, which the
+// prefetchers fill better than two: 2 vCPU Emerald Rapids VM, one thread,
+// `gemv_bench --types q4_0x8,q4_Kx8 --shapes 768x3072,2048x5632,4096x4096
+// --threads 1 --clock cpu`, three scripts of four to six alternated
+// rounds, % of the four-stream probe in rounds under 100% (a busy
+// neighbour's spells lie above it): Q4_0 84-95 (median 91) in pairs against
+// 88-98 (median 93) in fours, Q4_K 85-99 (median 88) against 86-96 (90).
+template <class Kernel, class Dots, size_t kGroups>
+HWY_INLINE void PackedGroups(const uint8_t* const* groups, size_t nblocks,
+                             const int8_t* HWY_RESTRICT xq, const float* HWY_RESTRICT sx,
+                             const float* HWY_RESTRICT sums, float* const* ys) {
   const hn::CappedTag<uint8_t, 32> du8;
   const hn::Repartition<float, decltype(du8)> df;
   static_assert(hn::MaxLanes(du8) >= 16, "needs at least 128-bit vectors");
   const bool two_parts = hn::Lanes(du8) < 32;
-  if (two_parts && p2 != nullptr) {  // a group fills both halves here
-    PackedGroupPair<Kernel, Dots>(p2, nullptr, nblocks, xq, sx, sums, y2, nullptr);
-    p2 = nullptr;
+  if constexpr (kGroups > 1) {
+    if (two_parts) {  // a group fills both halves here
+      for (size_t i = 0; i < kGroups; ++i) {
+        PackedGroups<Kernel, Dots, 1>(groups + i, nblocks, xq, sx, sums, ys + i);
+      }
+      return;
+    }
   }
-  const uint8_t* pb = two_parts ? p : (p2 != nullptr ? p2 : p);
-  const size_t part_b = two_parts ? 1 : 0;
+  static_assert(kGroups >= 1 && kGroups <= 4, "one or two pairs of vectors");
+  constexpr bool kTwoPairs = kGroups > 2;
   constexpr size_t kBytes = Kernel::kBlockBytes;
-  auto acc_a = hn::Zero(df), acc_b = hn::Zero(df);
-  auto more_a = hn::Zero(df), more_b = hn::Zero(df);
-  // Where the hardware follows the two streams itself, software prefetches
+  // Each vector's rows (a lone group's second vector: its other part on
+  // 128-bit targets, else the group again, computed and not kept), and
+  // whether they are a stream of their own.
+  const uint8_t* p[4];
+  bool own_stream[4];
+  for (size_t i = 0; i < 4; ++i) {
+    p[i] = groups[std::min(i, kGroups - 1)];
+    own_stream[i] = i < kGroups;
+  }
+  const size_t part_b = two_parts ? 1 : 0;
+  // (Named, not arrays: SVE's vectors cannot be array elements.)
+  auto acc_a = hn::Zero(df), acc_b = hn::Zero(df), acc_c = hn::Zero(df), acc_d = hn::Zero(df);
+  auto more_a = hn::Zero(df), more_b = hn::Zero(df), more_c = hn::Zero(df), more_d = hn::Zero(df);
+  // Where the hardware follows the streams itself, software prefetches
   // only held them back: Zen 4 VM, one thread, alternated, `gemv_bench
   // --types q4_0x8,q4_Kx8,q8_0x8 --shapes 2048x5632,4096x4096`: Q4_0
   // 24.8-29.2 -> 30.4-31.7 GB/s, Q4_K 17.3-20.2 -> 29.3-30.8, Q8_0
   // 28.6-31.3 -> 31.6-32.7 (98-113% of the four-stream probe after).
   const bool prefetch = !CpuStreamsRowsItself();
-  const bool prefetch_b = prefetch && !two_parts && p2 != nullptr;  // pb: another group
-  StreamPrefetcher ahead_a(p), ahead_b(pb);
-  for (size_t b = 0; b < nblocks; ++b, p += kBytes, pb += kBytes) {
+  StreamPrefetcher ahead[4];
+  for (size_t i = 0; i < 4; ++i) ahead[i] = StreamPrefetcher(p[i]);
+  for (size_t b = 0; b < nblocks; ++b) {
     // The block's kernel reports how far into the block it has got.
-    const auto reached = [&](size_t bytes) HWY_ATTR {
-      if (prefetch) ahead_a.Upto(p + bytes);
-      if (prefetch_b) ahead_b.Upto(pb + bytes);
+    const auto reached = [&](size_t first, size_t bytes) HWY_ATTR {
+      if (!prefetch) return;
+      for (size_t i = first; i < first + 2; ++i) {
+        if (own_stream[i]) ahead[i].Upto(p[i] + bytes);
+      }
     };
-    Kernel::template Block<Dots>(du8, df, p, pb, part_b, b, xq, sx, sums, acc_a, more_a, acc_b,
-                                 more_b, reached);
+    Kernel::template Block<Dots>(du8, df, p[0], p[1], part_b, b, xq, sx, sums, acc_a, more_a, acc_b,
+                                 more_b, [&](size_t bytes) HWY_ATTR { reached(0, bytes); });
+    if constexpr (kTwoPairs) {
+      Kernel::template Block<Dots>(du8, df, p[2], p[3], part_b, b, xq, sx, sums, acc_c, more_c,
+                                   acc_d, more_d,
+                                   [&](size_t bytes) HWY_ATTR { reached(2, bytes); });
+    }
+    for (size_t i = 0; i < 4; ++i) p[i] += kBytes;
   }
-  hn::StoreU(Kernel::Result(df, acc_a, more_a), df, y);
+  hn::StoreU(Kernel::Result(df, acc_a, more_a), df, ys[0]);
   if (two_parts) {
-    hn::StoreU(Kernel::Result(df, acc_b, more_b), df, y + hn::Lanes(df));
-  } else if (p2 != nullptr) {
-    hn::StoreU(Kernel::Result(df, acc_b, more_b), df, y2);
+    hn::StoreU(Kernel::Result(df, acc_b, more_b), df, ys[0] + hn::Lanes(df));
+    return;
   }
+  if constexpr (kGroups > 1) hn::StoreU(Kernel::Result(df, acc_b, more_b), df, ys[1]);
+  if constexpr (kGroups > 2) hn::StoreU(Kernel::Result(df, acc_c, more_c), df, ys[2]);
+  if constexpr (kGroups > 3) hn::StoreU(Kernel::Result(df, acc_d, more_d), df, ys[3]);
 }
 
 struct PackedQ4_0Kernel {
@@ -774,15 +808,15 @@ HWY_INLINE void PackedGemvWith(TensorType type, const uint8_t* HWY_RESTRICT data
   const size_t nblocks = k_quant ? cols / 256 : cols / 32;
   const size_t group_bytes =
       nblocks * (k_quant ? kPackedSuperBytes : q8 ? kPackedQ8BlockBytes : kPackedBlockBytes);
-  auto run = [&](size_t g, size_t g2, bool pair) HWY_ATTR {
-    const uint8_t* p2 = pair ? data + g2 * group_bytes : nullptr;
+  // Groups gs[0..ngroups) (1, 2 or kPackedStreams of them) for every input.
+  auto run = [&](const size_t* gs, size_t ngroups) HWY_ATTR {
     size_t t = 0;
 #ifdef SPARROW_INT8_MMLA
     if (type == TensorType::kQ4_0 && n >= 2 && CpuHasArmI8mm()) {
       for (; t + 2 <= n; t += 2) {
         float* yt = y + t * y_stride;
-        for (size_t i = 0; i < (pair ? 2u : 1u); ++i) {
-          const size_t gi = i == 0 ? g : g2;
+        for (size_t i = 0; i < ngroups; ++i) {
+          const size_t gi = gs[i];
           PackedQ4_0GroupMmla(data + gi * group_bytes, nblocks, x[t].quantized(), x[t].scales(),
                               x[t].sums(), x[t + 1].quantized(), x[t + 1].scales(),
                               x[t + 1].sums(), yt + 8 * gi, yt + y_stride + 8 * gi);
@@ -805,8 +839,8 @@ HWY_INLINE void PackedGemvWith(TensorType type, const uint8_t* HWY_RESTRICT data
       const size_t most = k_quant || (q8 && HWY_MAX_BYTES < 64) ? 4 : 8;
       for (; t + 2 <= n;) {
         const size_t count = std::min(n - t, most);
-        for (size_t i = 0; i < (pair ? 2u : 1u); ++i) {
-          const size_t gi = i == 0 ? g : g2;
+        for (size_t i = 0; i < ngroups; ++i) {
+          const size_t gi = gs[i];
           const uint8_t* pg = data + gi * group_bytes;
           float* out[8];
           for (size_t j = 0; j < count; ++j) out[j] = y + (t + j) * y_stride + 8 * gi;
@@ -845,30 +879,51 @@ HWY_INLINE void PackedGemvWith(TensorType type, const uint8_t* HWY_RESTRICT data
     }
 #endif
     for (; t < n; ++t) {
-      float* yt = y + t * y_stride;
-      float* y2 = pair ? yt + 8 * g2 : nullptr;
-      const int8_t* xq = x[t].quantized();
-      const uint8_t* pg = data + g * group_bytes;
+      const uint8_t* groups[kPackedStreams] = {};
+      float* ys[kPackedStreams] = {};
+      for (size_t i = 0; i < ngroups; ++i) {
+        groups[i] = data + gs[i] * group_bytes;
+        ys[i] = y + t * y_stride + 8 * gs[i];
+      }
+      const auto with = [&](auto kernel) HWY_ATTR {
+        using Kernel = decltype(kernel);
+        const int8_t* xq = x[t].quantized();
+        const float* sx = x[t].scales();
+        const float* sums = x[t].sums();
+        if (ngroups == kPackedStreams) {
+          PackedGroups<Kernel, Dots, kPackedStreams>(groups, nblocks, xq, sx, sums, ys);
+        } else if (ngroups == 2) {
+          PackedGroups<Kernel, Dots, 2>(groups, nblocks, xq, sx, sums, ys);
+        } else {
+          PackedGroups<Kernel, Dots, 1>(groups, nblocks, xq, sx, sums, ys);
+        }
+      };
       if (k_quant) {
-        PackedGroupPair<PackedQ4_KKernel, Dots>(pg, p2, nblocks, xq, x[t].scales(), x[t].sums(),
-                                                yt + 8 * g, y2);
+        with(PackedQ4_KKernel());
       } else if (q8) {
-        PackedGroupPair<PackedQ8_0Kernel, Dots>(pg, p2, nblocks, xq, x[t].scales(), x[t].sums(),
-                                                yt + 8 * g, y2);
+        with(PackedQ8_0Kernel());
       } else {
-        PackedGroupPair<PackedQ4_0Kernel, Dots>(pg, p2, nblocks, xq, x[t].scales(), x[t].sums(),
-                                                yt + 8 * g, y2);
+        with(PackedQ4_0Kernel());
       }
     }
   };
-  // Pairs (g, g + half): each half of the range is then read front to
-  // back as one stream, and prefetches run on across group boundaries
-  // (pairs of neighbours would leave every second group's start cold).
-  // Measured with gemv_bench on a Zen 3 VM, one thread, 4096x4096 Q4_0:
-  // 75-77% of the four-stream probe one group at a time, 81-89% in pairs.
-  const size_t half = (group_end - group_begin) / 2;
-  for (size_t i = 0; i < half; ++i) run(group_begin + i, group_begin + half + i, true);
-  if ((group_end - group_begin) % 2 == 1) run(group_end - 1, 0, false);
+  // Sets of kPackedStreams groups (g, g + part, g + 2 * part, ...): each
+  // part of the range is then read front to back as one stream, and
+  // prefetches run on across group boundaries (neighbours side by side
+  // would leave every other group's start cold); what is left, in pairs,
+  // then alone. Measured with gemv_bench on a Zen 3 VM, one thread,
+  // 4096x4096 Q4_0: 75-77% of the four-stream probe one group at a time,
+  // 81-89% in pairs (PackedGroups: fours).
+  size_t begin = group_begin;
+  for (const size_t streams : {kPackedStreams, size_t{2}, size_t{1}}) {
+    const size_t part = (group_end - begin) / streams;
+    for (size_t i = 0; i < part; ++i) {
+      size_t gs[kPackedStreams] = {};
+      for (size_t j = 0; j < streams; ++j) gs[j] = begin + i + j * part;
+      run(gs, streams);
+    }
+    begin += streams * part;
+  }
 }
 
 // PackedGemvWith in the best 8-bit dot-product form this CPU runs.
