@@ -149,33 +149,35 @@ struct Kind {
 };
 
 // A reference for the packed kernels' access pattern (simd/packed_gemv.h):
-// `groups` groups of `group_bytes` in their order (the two halves of the
-// range side by side, each front to back), one 8-byte load per 64-byte line
-// and no arithmetic, each line prefetched simd::kPackedPrefetchAhead bytes
-// ahead as they do. Where a kernel reads less than this, the difference is
-// what its own work costs; where this reads less than the probe, the
-// pattern's.
-uint64_t ReadPacked(const uint8_t* w, size_t groups, size_t group_bytes, bool prefetch) {
-  constexpr size_t kAhead = simd::kPackedPrefetchAhead;
-  const size_t half = groups / 2;
-  const size_t stream = half * group_bytes;  // each half's bytes
-  const uint8_t* a = w;
-  const uint8_t* b = w + stream;
-  const auto load = [](const uint8_t* p) {
-    uint64_t v;
-    std::memcpy(&v, p, sizeof(v));
-    return v;
-  };
+// `groups` groups of `group_bytes` in their order (kPackedStreams parts of
+// the range side by side, each front to back, then what is left in pairs
+// and alone), one 8-byte load per 64-byte line and no arithmetic, each line
+// prefetched simd::kPackedPrefetchAhead bytes ahead as they do. Where a
+// kernel reads less than this, the difference is what its own work costs;
+// where this reads less than the probe, the pattern's.
+template <size_t kStreams>
+uint64_t ReadStreams(const uint8_t* w, size_t stream_bytes, bool prefetch) {
   uint64_t sum = 0;
-  for (size_t o = 0; o < stream; o += 64) {
-    if (prefetch) {
-      hwy::Prefetch(a + o + kAhead);
-      hwy::Prefetch(b + o + kAhead);
+  for (size_t o = 0; o < stream_bytes; o += 64) {
+    for (size_t j = 0; j < kStreams; ++j) {
+      const uint8_t* p = w + j * stream_bytes + o;
+      if (prefetch) hwy::Prefetch(p + simd::kPackedPrefetchAhead);
+      uint64_t v;
+      std::memcpy(&v, p, sizeof(v));
+      sum += v;
     }
-    sum += load(a + o) + load(b + o);
   }
-  for (size_t o = 2 * stream; o < groups * group_bytes; o += 64) sum += load(w + o);  // odd group
   return sum;
+}
+uint64_t ReadPacked(const uint8_t* w, size_t groups, size_t group_bytes, bool prefetch) {
+  static_assert(simd::kPackedStreams == 4, "ReadStreams<4> below");
+  const size_t quarter = groups / 4;
+  const size_t pairs = (groups - 4 * quarter) / 2;
+  const uint8_t* pair_at = w + 4 * quarter * group_bytes;
+  const uint8_t* alone_at = pair_at + 2 * pairs * group_bytes;
+  return ReadStreams<4>(w, quarter * group_bytes, prefetch) +
+         ReadStreams<2>(pair_at, pairs * group_bytes, prefetch) +
+         ReadStreams<1>(alone_at, (groups - 4 * quarter - 2 * pairs) * group_bytes, prefetch);
 }
 std::atomic<uint64_t> g_read_sink{0};  // keeps ReadPacked's loads (threads add to it)
 

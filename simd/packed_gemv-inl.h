@@ -38,7 +38,7 @@
 
 #include "base/tensor_type.h"
 #include "simd/int8_dot-inl.h"
-#include "simd/packed_gemv.h"   // kPackedPrefetchAhead
+#include "simd/packed_gemv.h"  // kPackedPrefetchAhead, kPackedStreams
 #include "simd/quant_blocks.h"  // HalfBitsToFloat
 #include "simd/quantize-inl.h"  // PromoteHalf, Q4_0BlockToBF16
 #include "simd/targets.h"       // CpuStreamsRowsItself
@@ -50,8 +50,6 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 inline constexpr size_t kPackedBlockBytes = 8 * 18;  // one Q4_0 block of 8 rows
-// Groups a single input's kernels read side by side (PackedGroups).
-inline constexpr size_t kPackedStreams = 4;
 inline constexpr size_t kPackedScaleBytes = 16;      // 8 f16 scales first
 inline constexpr size_t kPackedSuperBytes = 8 * 144;  // one Q4_K super-block of 8 rows
 inline constexpr size_t kPackedQ8BlockBytes = 8 * 34;  // one Q8_0 block of 8 rows

@@ -52,11 +52,14 @@ namespace sparrow::simd {
 
 inline constexpr size_t kPackedRows = 8;
 
-// How far ahead of where they read the packed kernels prefetch each line
-// (packed_gemv-inl.h: StreamPrefetcher), except on CPUs whose hardware
-// follows the streams itself (CpuStreamsRowsItself). They read a range of
-// groups as two streams, its halves front to back side by side (group g
-// with group g + half). gemv_bench's `--read` reference reads the same way.
+// The packed kernels read a range of groups for one input as
+// kPackedStreams streams, its parts front to back side by side (group g
+// with g + part, g + 2 * part, ...; packed_gemv-inl.h: PackedGroups), what
+// is left in pairs, then alone. They prefetch each line
+// kPackedPrefetchAhead bytes ahead of where they read (StreamPrefetcher),
+// except on CPUs whose hardware follows the streams itself
+// (CpuStreamsRowsItself). gemv_bench's `--read` reference reads the same way.
+inline constexpr size_t kPackedStreams = 4;
 inline constexpr size_t kPackedPrefetchAhead = 2048;
 
 // Types with a packed layout (TypeAbility::kPack in base/tensor_type.cc:
