@@ -334,15 +334,11 @@ HWY_INLINE void PackedGroups(const uint8_t* const* groups, size_t nblocks,
   static_assert(kGroups >= 1 && kGroups <= 4, "one or two pairs of vectors");
   constexpr bool kTwoPairs = kGroups > 2;
   constexpr size_t kBytes = Kernel::kBlockBytes;
-  // Each vector's rows (a lone group's second vector: its other part on
-  // 128-bit targets, else the group again, computed and not kept), and
-  // whether they are a stream of their own.
+  // Each vector's rows: vectors from kGroups on repeat the last group (a
+  // lone group's second vector: its other part on 128-bit targets, else the
+  // group again, computed and not kept), a stream only the first prefetches.
   const uint8_t* p[4];
-  bool own_stream[4];
-  for (size_t i = 0; i < 4; ++i) {
-    p[i] = groups[std::min(i, kGroups - 1)];
-    own_stream[i] = i < kGroups;
-  }
+  for (size_t i = 0; i < 4; ++i) p[i] = groups[std::min(i, kGroups - 1)];
   const size_t part_b = two_parts ? 1 : 0;
   // (Named, not arrays: SVE's vectors cannot be array elements.)
   auto acc_a = hn::Zero(df), acc_b = hn::Zero(df), acc_c = hn::Zero(df), acc_d = hn::Zero(df);
@@ -360,7 +356,7 @@ HWY_INLINE void PackedGroups(const uint8_t* const* groups, size_t nblocks,
     const auto reached = [&](size_t first, size_t bytes) HWY_ATTR {
       if (!prefetch) return;
       for (size_t i = first; i < first + 2; ++i) {
-        if (own_stream[i]) ahead[i].Upto(p[i] + bytes);
+        if (i < kGroups) ahead[i].Upto(p[i] + bytes);
       }
     };
     Kernel::template Block<Dots>(du8, df, p[0], p[1], part_b, b, xq, sx, sums, acc_a, more_a, acc_b,
