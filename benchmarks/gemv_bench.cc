@@ -170,14 +170,23 @@ uint64_t ReadStreams(const uint8_t* w, size_t stream_bytes, bool prefetch) {
   return sum;
 }
 uint64_t ReadPacked(const uint8_t* w, size_t groups, size_t group_bytes, bool prefetch) {
-  static_assert(simd::kPackedStreams == 4, "ReadStreams<4> below");
-  const size_t quarter = groups / 4;
-  const size_t pairs = (groups - 4 * quarter) / 2;
-  const uint8_t* pair_at = w + 4 * quarter * group_bytes;
-  const uint8_t* alone_at = pair_at + 2 * pairs * group_bytes;
-  return ReadStreams<4>(w, quarter * group_bytes, prefetch) +
-         ReadStreams<2>(pair_at, pairs * group_bytes, prefetch) +
-         ReadStreams<1>(alone_at, (groups - 4 * quarter - 2 * pairs) * group_bytes, prefetch);
+  uint64_t sum = 0;
+  simd::ForEachPackedStreamSet(0, groups, [&](size_t streams, size_t first, size_t part) {
+    const uint8_t* at = w + first * group_bytes;
+    const size_t bytes = part * group_bytes;
+    switch (streams) {
+      case simd::kPackedStreams:
+        sum += ReadStreams<simd::kPackedStreams>(at, bytes, prefetch);
+        break;
+      case 2:
+        sum += ReadStreams<2>(at, bytes, prefetch);
+        break;
+      default:
+        sum += ReadStreams<1>(at, bytes, prefetch);
+        break;
+    }
+  });
+  return sum;
 }
 std::atomic<uint64_t> g_read_sink{0};  // keeps ReadPacked's loads (threads add to it)
 

@@ -908,16 +908,14 @@ HWY_INLINE void PackedGemvWith(TensorType type, const uint8_t* HWY_RESTRICT data
   // then alone. Measured with gemv_bench on a Zen 3 VM, one thread,
   // 4096x4096 Q4_0: 75-77% of the four-stream probe one group at a time,
   // 81-89% in pairs (PackedGroups: fours).
-  size_t begin = group_begin;
-  for (const size_t streams : {kPackedStreams, size_t{2}, size_t{1}}) {
-    const size_t part = (group_end - begin) / streams;
-    for (size_t i = 0; i < part; ++i) {
-      size_t gs[kPackedStreams] = {};
-      for (size_t j = 0; j < streams; ++j) gs[j] = begin + i + j * part;
-      run(gs, streams);
-    }
-    begin += streams * part;
-  }
+  ForEachPackedStreamSet(group_begin, group_end - group_begin,
+                         [&](size_t streams, size_t first, size_t part) HWY_ATTR {
+                           for (size_t i = 0; i < part; ++i) {
+                             size_t gs[kPackedStreams] = {};
+                             for (size_t j = 0; j < streams; ++j) gs[j] = first + i + j * part;
+                             run(gs, streams);
+                           }
+                         });
 }
 
 // PackedGemvWith in the best 8-bit dot-product form this CPU runs.

@@ -44,6 +44,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "base/aligned_buffer.h"
 #include "base/tensor_type.h"
@@ -61,6 +62,21 @@ inline constexpr size_t kPackedRows = 8;
 // (CpuStreamsRowsItself). gemv_bench's `--read` reference reads the same way.
 inline constexpr size_t kPackedStreams = 4;
 inline constexpr size_t kPackedPrefetchAhead = 2048;
+
+// That order for `groups` groups from `first` on: fn(streams, first, part)
+// for each set of streams (kPackedStreams, then 2, then 1) that has groups,
+// whose groups first + i + j * part (i < part, j < streams) are read
+// together. The kernels and gemv_bench's `--read` both follow it.
+template <class Fn>
+void ForEachPackedStreamSet(size_t first, size_t groups, Fn&& fn) {
+  for (const size_t streams : {kPackedStreams, size_t{2}, size_t{1}}) {
+    const size_t part = groups / streams;
+    if (part == 0) continue;
+    fn(streams, first, part);
+    first += streams * part;
+    groups -= streams * part;
+  }
+}
 
 // Types with a packed layout (TypeAbility::kPack in base/tensor_type.cc:
 // Q4_0, Q4_K and Q8_0).
