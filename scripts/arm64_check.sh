@@ -137,6 +137,66 @@ bad() { failed=$((failed + 1)); failures+=("$1"); echo "FAIL: $1"; }
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+
+# emulate LIMIT QEMU_ARGS...: qemu-aarch64 QEMU_ARGS, given LIMIT seconds.
+# Why not plain `timeout`: once (CI at stop 64) bundle_tests, 20 s here, sat
+# for its whole 900 s limit, and hundreds of runs since, alone and side by
+# side, never did it again; whether the guest or qemu-user hung is not
+# known. So a run past its limit has its threads' states written down
+# (running or asleep, CPU time, the system call each is in) for the report
+# at the end, and runs once more; its output is the run that finished. A
+# second overrun fails as a first one did before. The limits are about ten
+# times this stage's longest run on a 2 vCPU Xeon.
+emulate() {
+  local limit=$1 try pid waited rc=0 out err
+  shift
+  out=$(mktemp -p "$work") err=$(mktemp -p "$work")
+  for try in 1 2; do
+    rc=0
+    qemu-aarch64 "$@" >"$out" 2>"$err" &
+    pid=$!
+    waited=0
+    while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$limit" ]; do
+      sleep 1
+      waited=$((waited + 1))
+    done
+    if ! kill -0 "$pid" 2>/dev/null; then
+      wait "$pid" || rc=$?
+      break
+    fi
+    describe_overrun "$pid" "try $try of qemu-aarch64 $* (SPARROW_SIMD_TARGET=${SPARROW_SIMD_TARGET:-}) still ran after $limit s" >>"$work/overruns.log"
+    if ! kill -0 "$pid" 2>/dev/null; then  # it finished meanwhile
+      wait "$pid" || rc=$?
+      break
+    fi
+    kill -TERM "$pid" 2>/dev/null || true
+    sleep 5
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" || true
+    rc=124
+    { echo "what it printed last:"; tail -n 8 "$out" | grep -v "^=*$"; tail -n 3 "$err"; } | sed "s/^/  /" >>"$work/overruns.log"
+  done
+  cat "$out"
+  cat "$err" >&2
+  rm -f "$out" "$err"
+  return $rc
+}
+# describe_overrun PID HEADLINE: each thread of PID, and its CPU time over
+# two seconds (a spinning thread gains ~200 ticks, a blocked one none).
+describe_overrun() {
+  local pid=$1 t
+  declare -A before=()
+  echo "$2; its threads (tid state cpu-ticks-in-2s wchan syscall):"
+  for t in /proc/"$pid"/task/*; do
+    before[$t]=$(awk '{sub(/.*\) /, ""); print $12 + $13}' "$t/stat" 2>/dev/null)
+  done
+  sleep 2
+  for t in /proc/"$pid"/task/*; do
+    awk -v was="${before[$t]:-0}" -v tid="${t##*/}" \
+      '{sub(/.*\) /, ""); printf "  %s %s %d ", tid, $1, $12 + $13 - was}' "$t/stat" 2>/dev/null
+    printf '%s %s\n' "$(cat "$t/wchan" 2>/dev/null)" "$(cut -d' ' -f1-3 "$t/syscall" 2>/dev/null)"
+  done
+}
 # Tests that spawn `sparrow` exec a script, which runs it under qemu too
 # (no binfmt_misc needed).
 cat >"$work/sparrow" <<EOF
@@ -159,7 +219,7 @@ run_simd_tests() {
     expected=$targets
   fi
   local rc=0
-  SPARROW_SIMD_TARGET=$only timeout 1200 qemu-aarch64 -cpu "$cpu" "$simd_tests" >"$log" 2>&1 || rc=$?
+  SPARROW_SIMD_TARGET=$only emulate 900 -cpu "$cpu" "$simd_tests" >"$log" 2>&1 || rc=$?
   grep -E '^\[targets\] available:|^\[doctest\] (test cases|assertions)' "$log" |
     sed "s/^/  [$name] /" || true
   if [ $rc -ne 0 ]; then
@@ -194,7 +254,7 @@ run_greedy() {
   local label="greedy stories260K on $name, target ${target:-default}"
   local out=$work/greedy-$name-${target:-default}
   local rc=0
-  SPARROW_SIMD_TARGET=$target timeout 600 qemu-aarch64 -cpu "$cpu" "$sparrow" run \
+  SPARROW_SIMD_TARGET=$target emulate 300 -cpu "$cpu" "$sparrow" run \
     -m "$model" -p "Once upon a time" -n 200 --temp 0 >"$out.txt" 2>"$out.err" || rc=$?
   if [ $rc -ne 0 ]; then
     bad "$label: exit $rc: $(tail -n 3 "$out.err")"
@@ -211,7 +271,7 @@ run_greedy() {
 stage "sparrow info on each CPU"
 for entry in "${cpus[@]}"; do
   IFS='|' read -r name cpu expected _ form <<<"$entry"
-  info=$(timeout 300 qemu-aarch64 -cpu "$cpu" "$sparrow" info -m "$model" 2>&1) || {
+  info=$(emulate 120 -cpu "$cpu" "$sparrow" info -m "$model" 2>&1) || {
     bad "sparrow info on $name: $(tail -n 1 <<<"$info")"; continue; }
   grep -E 'cpu features|simd targets|Q4_0/Q4_K/Q8_0 kernels' <<<"$info" | sed "s/^ */  [$name] /" || true
   best=${expected%% *}
@@ -248,7 +308,7 @@ unsigned long getauxval(unsigned long type) {
 EOF
 aarch64-linux-gnu-gcc -shared -fPIC -O1 -o "$work/noaes.so" "$work/noaes.c" -ldl
 rc=0
-qemu-aarch64 -cpu cortex-a72 -E LD_PRELOAD="$work/noaes.so" "$sparrow" info -m "$model" \
+emulate 120 -cpu cortex-a72 -E LD_PRELOAD="$work/noaes.so" "$sparrow" info -m "$model" \
   >"$work/noaes.out" 2>"$work/noaes.err" || rc=$?
 grep -E 'cpu features|simd targets' "$work/noaes.out" | sed "s/^ */  [no-aes] /" || true
 if [ $rc -eq 0 ] && grep -q 'simd targets: NEON (in use: NEON)' "$work/noaes.out" &&
@@ -305,7 +365,7 @@ stage "format, tokenizer, engine and bundle unit tests (qemu -cpu $plain_cpu)"
 # binary, so that a long one can be split across the cores.
 run_unit_test() {
   local t=$1 label=${2:-$1} filter=${3:-} rc=0
-  timeout 900 qemu-aarch64 -cpu "$plain_cpu" "$(exe "$t")" ${filter:+"$filter"} >"$work/$label.log" 2>&1 || rc=$?
+  emulate 300 -cpu "$plain_cpu" "$(exe "$t")" ${filter:+"$filter"} >"$work/$label.log" 2>&1 || rc=$?
   grep -E '^\[doctest\] (test cases|assertions)' "$work/$label.log" | sed "s/^/  [$label] /" || true
   if [ $rc -eq 0 ]; then
     ok "$label"
@@ -367,7 +427,7 @@ stage "Packed models (Q4_0, Q4_K, Q8_0), Q6_K and Q4_0S/Q4_0 bundles: perplexity
 # dot products take 8-bit activations with sdot, 16-bit ones elsewhere).
 head -c 20000 "$shared/corpora/tinystories_val_excerpt.txt" >"$work/ppl.txt"
 ppl() {  # ppl CPU MODEL KERNELS -> the perplexity, or nothing
-  timeout 900 qemu-aarch64 -cpu "$1" "$sparrow" perplexity -m "$2" -f "$work/ppl.txt" \
+  emulate 600 -cpu "$1" "$sparrow" perplexity -m "$2" -f "$work/ppl.txt" \
     -c 128 --chunks 2 --kernels "$3" 2>/dev/null | tail -n 1 | awk '{print $3}'
 }
 model_of() {  # a type's model: a synthetic GGUF, or (TYPE-bundle) a bundle of the Q4_0 one
@@ -390,12 +450,12 @@ reference_4bit() {
   local type=$1 ref model
   model=$(model_of "$type")
   if [[ $type == *-bundle ]]; then
-    if ! qemu-aarch64 -cpu "$plain_cpu" "$sparrow" convert -m "$work/synth-q4_0.gguf" \
+    if ! emulate 300 -cpu "$plain_cpu" "$sparrow" convert -m "$work/synth-q4_0.gguf" \
          -o "$model" --type "${type%-bundle}" --layout neuron 2>"$work/$type.err" >/dev/null; then
       bad "convert --type ${type%-bundle}: $(tail -n 1 "$work/$type.err")"
       return
     fi
-  elif ! qemu-aarch64 -cpu "$plain_cpu" "$sparrow" synth -o "$model" --dim 256 \
+  elif ! emulate 300 -cpu "$plain_cpu" "$sparrow" synth -o "$model" --dim 256 \
        --ffn 512 --layers 2 --heads 4 --kv-heads 2 --vocab 1000 --type "$type" --seed 5 \
        2>"$work/synth-$type.err"; then
     bad "synth --type $type: $(tail -n 1 "$work/synth-$type.err")"
@@ -439,6 +499,10 @@ run_side_by_side "${fourbit_jobs[@]}"
 echo "  ($((SECONDS - start)) s elapsed)"
 
 stage "done"
+if [ -s "$work/overruns.log" ]; then
+  echo "runs that overran their limit (each ran once more; see emulate):"
+  cat "$work/overruns.log"
+fi
 if [ $failed -gt 0 ]; then
   printf 'failed: %s\n' "${failures[@]}"
 fi
