@@ -14,7 +14,9 @@
 
 #include "base/error.h"
 #include "src/ops/ops.h"
+#include "tests/gguf_test_util.h"
 #include "tests/shared_path.h"
+#include "tests/temp_dir.h"
 
 using namespace sparrow;
 
@@ -150,6 +152,29 @@ TEST_CASE("a missing model file is an InputError naming it") {
     FAIL("expected InputError");
   } catch (const InputError& e) {
     CHECK(std::string(e.what()).find("/nonexistent/model.gguf") != std::string::npos);
+  }
+}
+
+// A bit flip in the block count (the soak test's damage) once made opening
+// allocate a layer table that size before finding the second layer missing.
+TEST_CASE("a block count far beyond the file's layers is an InputError, not an allocation") {
+  testing::Bytes bytes = testing::ReadFile(SharedPath("models/stories260K.gguf"));
+  const std::string key = "llama.block_count";
+  const auto at = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+  REQUIRE(at != bytes.end());
+  // The key, then its value type (u32: 4) and the value, little-endian.
+  const size_t value_at = static_cast<size_t>(at - bytes.begin()) + key.size() + 4;
+  REQUIRE(bytes[value_at - 4] == 4);
+  REQUIRE(bytes[value_at] == 5);
+  bytes[value_at + 3] = 0x40;  // 2^30 + 5 layers
+  testing::TempDir dir;
+  const std::string path = dir.File("layers.gguf");
+  testing::WriteFile(path, bytes);
+  try {
+    Model::Open(path);
+    FAIL("expected InputError");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("missing tensor 'blk.5.") != std::string::npos);
   }
 }
 

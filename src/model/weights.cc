@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
+#include <utility>
 
 #include "base/error.h"
 #include "base/huge_pages.h"
@@ -108,10 +109,13 @@ ModelWeights BindWeights(const ModelConfig& c,
   if (lookup.Find(n.rope_freqs) != nullptr) {
     w.rope_freq_factors = lookup.Vector(n.rope_freqs, c.rope_dims / 2);
   }
-  w.layers.resize(c.n_layers);
+  // One layer at a time, each once its first tensor is found: a damaged
+  // block count (2^26 layers in a file with two) ends at the first missing
+  // tensor instead of in an allocation that size (the soak test found it).
+  w.layers.reserve(std::min<size_t>(c.n_layers, tensors.size()));
   for (uint32_t i = 0; i < c.n_layers; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
-    LayerWeights& l = w.layers[i];
+    LayerWeights l;
     l.attn_norm = lookup.Vector(b + n.attn_norm, c.d_model);
     l.wq = lookup.Matrix(b + n.attn_q + ".weight", c.q_dim(), c.d_model);
     l.wk = lookup.Matrix(b + n.attn_k + ".weight", c.kv_dim(), c.d_model);
@@ -128,6 +132,7 @@ ModelWeights BindWeights(const ModelConfig& c,
       l.up = lookup.Matrix(b + n.ffn_up, c.d_ff, c.d_model);
       l.down = lookup.Matrix(b + n.ffn_down, c.d_model, c.d_ff);
     }
+    w.layers.push_back(std::move(l));
   }
   return w;
 }
