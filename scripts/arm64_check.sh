@@ -145,8 +145,8 @@ trap 'rm -rf "$work"' EXIT
 # known. So a run past its limit has its threads' states written down
 # (running or asleep, CPU time, the system call each is in) for the report
 # at the end, and runs once more; its output is the run that finished. A
-# second overrun fails as a first one did before. The limits are about ten
-# times this stage's longest run on a 2 vCPU Xeon.
+# second overrun fails as a first one did before. The limits are ten or more
+# times each kind of run's longest on a 2 vCPU Xeon.
 emulate() {
   local limit=$1 try pid waited rc=0 out err
   shift
@@ -160,12 +160,10 @@ emulate() {
       sleep 1
       waited=$((waited + 1))
     done
-    if ! kill -0 "$pid" 2>/dev/null; then
-      wait "$pid" || rc=$?
-      break
+    if kill -0 "$pid" 2>/dev/null; then
+      describe_overrun "$pid" "try $try of qemu-aarch64 $* (SPARROW_SIMD_TARGET=${SPARROW_SIMD_TARGET:-}) still ran after $limit s" >>"$work/overruns.log"
     fi
-    describe_overrun "$pid" "try $try of qemu-aarch64 $* (SPARROW_SIMD_TARGET=${SPARROW_SIMD_TARGET:-}) still ran after $limit s" >>"$work/overruns.log"
-    if ! kill -0 "$pid" 2>/dev/null; then  # it finished meanwhile
+    if ! kill -0 "$pid" 2>/dev/null; then  # done, perhaps while described
       wait "$pid" || rc=$?
       break
     fi
