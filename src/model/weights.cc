@@ -109,7 +109,7 @@ ModelWeights BindWeights(const ModelConfig& c,
   if (lookup.Find(n.rope_freqs) != nullptr) {
     w.rope_freq_factors = lookup.Vector(n.rope_freqs, c.rope_dims / 2);
   }
-  // One layer at a time, each once its first tensor is found: a damaged
+  // One layer at a time, each once all its tensors are found: a damaged
   // block count (2^26 layers in a file with two) ends at the first missing
   // tensor instead of in an allocation that size (the soak test found it).
   w.layers.reserve(std::min<size_t>(c.n_layers, tensors.size()));
