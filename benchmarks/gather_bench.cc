@@ -354,7 +354,7 @@ float IntegerStep(TensorType type, const std::vector<const uint8_t*>& rows, size
 //    kPrefetchAhead bytes ahead, running on into the rows of the four
 //    LeadGroups ahead;
 //  - the integer sums' (simd/axpy_int-inl.h, the quad form): sixteen
-//    entries at a time, the next of each sixteenth of the list
+//    entries at a time, the next of each of the list's sixteen parts
 //    (simd::AxpyIntPassOrder), line by line across the sixteen, each of
 //    the sixteen streams prefetched into L2 `int_distance` bytes ahead
 //    (simd::AxpyIntPrefetchDistance), its first `int_distance` bytes
@@ -387,7 +387,7 @@ uint64_t ReadRows(const uint8_t* const* list, size_t count, size_t row_bytes, Re
     rows = reordered.data();
   } else if (order == ReadOrder::kAxpyInt) {
     reordered.resize(count);
-    simd::AxpyIntPassOrder passes(count, nullptr);
+    simd::AxpyIntPassOrder passes(count, nullptr, rows);
     size_t index[simd::AxpyIntPassOrder::kParts];
     for (size_t k = 0, n; (n = passes.Next(index, simd::AxpyIntPassOrder::kParts)) > 0; k += n) {
       for (size_t r = 0; r < n; ++r) reordered[k + r] = list[index[r]];

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -295,7 +296,7 @@ TEST_CASE("AxpyIntPassOrder takes every nonzero row once, one of each sixteenth 
       };
       for (size_t most : {kParts, size_t{4}}) {
         INFO("count ", count, " zeros ", zeros, " most ", most);
-        AxpyIntPassOrder order(count, a.data());
+        AxpyIntPassOrder order(count, a.data(), nullptr);
         std::vector<size_t> taken(count, 0), last_in_part(kParts, SIZE_MAX);
         std::vector<size_t> index(most);
         std::vector<std::vector<size_t>> passes;
@@ -327,6 +328,89 @@ TEST_CASE("AxpyIntPassOrder takes every nonzero row once, one of each sixteenth 
       }
     }
   }
+}
+
+// Rows of 96 columns laid `stride` bytes apart in one buffer from a 4 KiB
+// boundary, as a unit cache keeps them.
+struct StridedRows {
+  std::vector<uint8_t> buffer;
+  std::vector<const uint8_t*> rows;
+  std::vector<float> a, y0;
+};
+StridedRows MakeStridedRows(TensorType type, size_t count, size_t stride, std::mt19937& rng) {
+  StridedRows s;
+  s.buffer.resize(count * stride + 4096);
+  const size_t skip = (4096 - reinterpret_cast<uintptr_t>(s.buffer.data()) % 4096) % 4096;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (size_t k = 0; k < count; ++k) {
+    uint8_t* at = s.buffer.data() + skip + k * stride;
+    const std::vector<uint8_t> row = RandomRow(type, 96, rng);
+    std::memcpy(at, row.data(), row.size());
+    s.rows.push_back(at);
+    s.a.push_back(normal(rng));
+  }
+  for (size_t i = 0; i < 96; ++i) s.y0.push_back(normal(rng));
+  return s;
+}
+
+size_t L1SetsOfPartStarts(size_t count, const uint8_t* const* rows, size_t shift) {
+  uint64_t sets = 0;
+  for (size_t j = 0; j < AxpyIntPassOrder::kParts; ++j) {
+    sets |= uint64_t{1}
+            << ((reinterpret_cast<uintptr_t>(rows[AxpyIntPassOrder::Start(count, j, shift)]) >> 6) &
+                63);
+  }
+  return static_cast<size_t>(std::popcount(sets));
+}
+
+TEST_CASE(
+    "AxpyIntPassOrder staggers parts that start in one L1 set, and still takes each row once") {
+  std::mt19937 rng(9);
+  // 1024 rows 256 bytes apart: parts of 64 rows, 16 KiB, so every part
+  // starts in the same set without a shift.
+  const StridedRows s = MakeStridedRows(TensorType::kQ4_0S, 1024, 256, rng);
+  CHECK(L1SetsOfPartStarts(1024, s.rows.data(), 0) == 1);
+  const size_t shift = AxpyIntPassOrder::Shift(1024, s.rows.data());
+  CHECK(shift > 0);
+  CHECK(L1SetsOfPartStarts(1024, s.rows.data(), shift) == AxpyIntPassOrder::kParts);
+  // Too short a list is never staggered.
+  CHECK(AxpyIntPassOrder::Shift(1023, s.rows.data()) == 0);
+  AxpyIntPassOrder order(1024, nullptr, s.rows.data());
+  std::vector<size_t> taken(1024, 0), index(AxpyIntPassOrder::kParts);
+  size_t passes = 0;
+  for (size_t n; (n = order.Next(index.data(), index.size())) > 0; ++passes) {
+    // The first pass is the parts' first rows.
+    for (size_t r = 0; r < n; ++r) {
+      if (passes == 0) CHECK(index[r] == AxpyIntPassOrder::Start(1024, r, shift));
+      ++taken[index[r]];
+    }
+  }
+  CHECK(passes == 1024 / AxpyIntPassOrder::kParts);
+  for (size_t k = 0; k < 1024; ++k) CHECK(taken[k] == 1);
+}
+
+TEST_CASE("AxpyIntAdd gives the reference's bits over rows whose parts it staggers") {
+  ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
+    std::mt19937 rng(13);
+    for (TensorType type : kTypes) {
+      const size_t count = 1024;
+      const StridedRows s = MakeStridedRows(type, count, 256, rng);
+      REQUIRE(AxpyIntPassOrder::Shift(count, s.rows.data()) > 0);
+      float largest = 0.0f;
+      for (size_t k = 0; k < count; ++k) {
+        largest = std::max(largest, std::fabs(s.a[k]) * LargestBlockScale(type, s.rows[k], 96));
+      }
+      const float step = largest / kAxpyIntMaxMultiple;
+      std::vector<float> want = s.y0, got = s.y0;
+      AxpyIntReference(type, s.rows.data(), count, 96, 0, 96, s.a.data(), 1.0f / step, step,
+                       want.data());
+      std::vector<int32_t> sums(AxpyIntSumsInts(96), 0);
+      AxpyIntAdd(type, s.rows.data(), count, 96, 0, 96, s.a.data(), 1.0f / step, sums.data());
+      AxpyIntFinish(96, sums.data(), step, got.data());
+      INFO(target.name, hidden ? " (extensions hidden) " : " ", TensorTypeName(type));
+      CHECK(SameBits(got, want));
+    }
+  });
 }
 
 TEST_CASE("AxpyIntFast is AVX3_DL and AVX2, with or without AVX-VNNI") {
