@@ -76,16 +76,17 @@ inline size_t AxpyIntPrefetchDistance(bool split, size_t blocks) {
 // The order in which the sixteen-row forms (the quad and block forms of
 // simd/axpy_int-inl.h) take a call's rows, and gather_bench's `read-int`
 // pattern with them: the list is cut into kParts parts of about equal
-// length (staggered, below), and each pass takes the next row of each part in turn (skipping rows
-// whose coefficient is zero; when parts run out, the rest give more than
-// one row to a pass, so every pass but the last has sixteen rows). Each
-// part is read in its own order, so rows that lie in order in memory (a
-// unit cache's rows) are read as sixteen sequential streams, which the
-// hardware prefetchers follow, instead of sixteen consecutive rows side by
-// side, whose lines they do not. Measured on a 2 vCPU Emerald Rapids VM
-// (AVX3_DL), one thread, `gather_bench --types q4_0s --kernels
-// axpy-int,read-int --clock cpu`, alternated: see simd/axpy_int-inl.h,
-// AddPasses. The sums are exact, so the order changes no bit of them.
+// length (staggered, below), and each pass takes the next row of each part
+// in turn (skipping rows whose coefficient is zero; when parts run out,
+// the rest give more than one row to a pass, so every pass but the last
+// has sixteen rows). Each part is read in its own order, so rows that lie
+// in order in memory (a unit cache's rows) are read as sixteen sequential
+// streams, which the hardware prefetchers follow, instead of sixteen
+// consecutive rows side by side, whose lines they do not. Measured on a
+// 2 vCPU Emerald Rapids VM (AVX3_DL), one thread, `gather_bench --types
+// q4_0s --kernels axpy-int,read-int --clock cpu`, alternated: see
+// simd/axpy_int-inl.h, AddPasses. The sums are exact, so the order changes
+// no bit of them.
 //
 // A pass reads its sixteen rows side by side, so where the rows lie at a
 // fixed stride the sixteen streams stay the same distance apart, and where
@@ -127,15 +128,20 @@ class AxpyIntPassOrder {
     if (count < kMinShiftedCount) return 0;
     size_t best = 0, best_sets = 0;
     for (size_t shift = 0; shift <= kMaxShift; ++shift) {
-      uint64_t sets = 0;
-      for (size_t j = 0; j < kParts; ++j) {
-        sets |=
-            uint64_t{1} << ((reinterpret_cast<uintptr_t>(rows[Start(count, j, shift)]) >> 6) & 63);
-      }
-      const size_t n = static_cast<size_t>(std::popcount(sets));
+      const size_t n = StartSets(count, rows, shift);
       if (n > best_sets) best = shift, best_sets = n;
     }
     return best;
+  }
+  // How many L1 sets (64 of 64-byte lines) the parts' first rows fall in
+  // at `shift`.
+  static size_t StartSets(size_t count, const uint8_t* const* rows, size_t shift) {
+    uint64_t sets = 0;
+    for (size_t j = 0; j < kParts; ++j) {
+      sets |=
+          uint64_t{1} << ((reinterpret_cast<uintptr_t>(rows[Start(count, j, shift)]) >> 6) & 63);
+    }
+    return static_cast<size_t>(std::popcount(sets));
   }
 
   // Writes the indices of the next pass's rows (at most `most`) to `index`

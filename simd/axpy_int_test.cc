@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -353,26 +352,16 @@ StridedRows MakeStridedRows(TensorType type, size_t count, size_t stride, std::m
   return s;
 }
 
-size_t L1SetsOfPartStarts(size_t count, const uint8_t* const* rows, size_t shift) {
-  uint64_t sets = 0;
-  for (size_t j = 0; j < AxpyIntPassOrder::kParts; ++j) {
-    sets |= uint64_t{1}
-            << ((reinterpret_cast<uintptr_t>(rows[AxpyIntPassOrder::Start(count, j, shift)]) >> 6) &
-                63);
-  }
-  return static_cast<size_t>(std::popcount(sets));
-}
-
 TEST_CASE(
     "AxpyIntPassOrder staggers parts that start in one L1 set, and still takes each row once") {
   std::mt19937 rng(9);
   // 1024 rows 256 bytes apart: parts of 64 rows, 16 KiB, so every part
   // starts in the same set without a shift.
   const StridedRows s = MakeStridedRows(TensorType::kQ4_0S, 1024, 256, rng);
-  CHECK(L1SetsOfPartStarts(1024, s.rows.data(), 0) == 1);
+  CHECK(AxpyIntPassOrder::StartSets(1024, s.rows.data(), 0) == 1);
   const size_t shift = AxpyIntPassOrder::Shift(1024, s.rows.data());
   CHECK(shift > 0);
-  CHECK(L1SetsOfPartStarts(1024, s.rows.data(), shift) == AxpyIntPassOrder::kParts);
+  CHECK(AxpyIntPassOrder::StartSets(1024, s.rows.data(), shift) == AxpyIntPassOrder::kParts);
   // Too short a list is never staggered.
   CHECK(AxpyIntPassOrder::Shift(1023, s.rows.data()) == 0);
   AxpyIntPassOrder order(1024, nullptr, s.rows.data());
