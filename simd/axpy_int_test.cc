@@ -63,14 +63,15 @@ Problem MakeProblem(TensorType type, size_t cols, size_t count, std::mt19937& rn
 
 // The step an engine would pick: the largest |a * d| over the rows is
 // kAxpyIntMaxMultiple steps.
-float StepFor(const Problem& p) {
+float StepFor(TensorType type, const std::vector<const uint8_t*>& rows, const std::vector<float>& a,
+              size_t cols) {
   float largest = 0.0f;
-  for (size_t k = 0; k < p.storage.size(); ++k) {
-    largest = std::max(largest,
-                       std::fabs(p.a[k]) * LargestBlockScale(p.type, p.storage[k].data(), p.cols));
+  for (size_t k = 0; k < rows.size(); ++k) {
+    largest = std::max(largest, std::fabs(a[k]) * LargestBlockScale(type, rows[k], cols));
   }
   return largest / kAxpyIntMaxMultiple;
 }
+float StepFor(const Problem& p) { return StepFor(p.type, p.rows, p.a, p.cols); }
 
 // The kernels' result for columns [first, first + width): the rows in a
 // shuffled order, split into `calls` calls.
@@ -385,11 +386,7 @@ TEST_CASE("AxpyIntAdd gives the reference's bits over rows whose parts it stagge
       const size_t count = 1024;
       const StridedRows s = MakeStridedRows(type, count, 256, rng);
       REQUIRE(AxpyIntPassOrder::Shift(count, s.rows.data()) > 0);
-      float largest = 0.0f;
-      for (size_t k = 0; k < count; ++k) {
-        largest = std::max(largest, std::fabs(s.a[k]) * LargestBlockScale(type, s.rows[k], 96));
-      }
-      const float step = largest / kAxpyIntMaxMultiple;
+      const float step = StepFor(type, s.rows, s.a, 96);
       std::vector<float> want = s.y0, got = s.y0;
       AxpyIntReference(type, s.rows.data(), count, 96, 0, 96, s.a.data(), 1.0f / step, step,
                        want.data());
