@@ -813,32 +813,21 @@ HWY_INLINE __m256i RowMultiples8(__m128i halves, float s) {
 
 // The f16 scales of blocks [0, n) (n <= 8; the rest zero) of one row:
 // Q4_0S's 2 bytes apart, of which a 16-byte load stays inside the row (its
-// nibbles come after them), Q4_0's 18 apart. Block i's Q4_0 scale is word i
-// of the 16 bytes at 16 * i (18 * i = 16 * i + 2 * i), so four 32-byte
-// loads hold words 0, 2, 4, 6 in their low halves and 1, 3, 5, 7 in their
-// high halves, which word blends pick out; a last group of fewer than 8
-// blocks is copied word by word. Both replace vpgatherdd, which AMD's
-// cores microcode: 2 vCPU AMD EPYC (Zen 3) VM, AVX2 without AVX-VNNI (the
-// pmaddubsw block form), one thread, four alternated rounds of
-// `gather_bench --types q4_0,q4_0s --shapes 2048x5632,768x3072 --kernels
-// axpy-int --clock cpu`, every row in order, rounds in the VM's slow mode
-// left out: Q4_0 7.2-7.6 -> 8.3-8.9 GB/s (both widths), Q4_0S (no gather)
-// unchanged; `sparrow bench -p 0 -t 1` on dip bundles of Q4_0 records
-// (`convert --type q4_0`), three alternated rounds: 125M-shaped `-n 64`
-// 99.5-105.0 -> 104.3-120.5 tok/s, 1.1B-shaped `-n 32` 15.2-15.6 ->
-// 17.8-18.7. Not measured on Intel CPUs, whose gathers are not microcoded.
+// nibbles come after them), Q4_0's 18 apart: eight from word blends
+// (HalfScales8), a last group of fewer copied word by word. Both replace
+// vpgatherdd, which AMD's cores microcode: 2 vCPU AMD EPYC (Zen 3) VM,
+// AVX2 without AVX-VNNI (the pmaddubsw block form), one thread, four
+// alternated rounds of `gather_bench --types q4_0,q4_0s --shapes
+// 2048x5632,768x3072 --kernels axpy-int --clock cpu`, every row in order,
+// rounds in the VM's slow mode left out: Q4_0 7.2-7.6 -> 8.3-8.9 GB/s
+// (both widths), Q4_0S (no gather) unchanged; `sparrow bench -p 0 -t 1` on
+// dip bundles of Q4_0 records (`convert --type q4_0`), three alternated
+// rounds: 125M-shaped `-n 64` 99.5-105.0 -> 104.3-120.5 tok/s, 1.1B-shaped
+// `-n 32` 15.2-15.6 -> 17.8-18.7. Not measured on Intel CPUs, whose
+// gathers are not microcoded.
 HWY_INLINE __m128i RowHalves8(const uint8_t* scales, size_t stride, size_t n) {
   if (stride == 2) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
-  static_assert(sizeof(BlockQ4_0) == 18);
-  if (n == 8) {  // the loads end at byte 127 of the eight blocks' 144
-    const auto load = [&](size_t at) HWY_ATTR {
-      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + at));
-    };
-    __m256i w = _mm256_blend_epi16(load(0), load(32), 0x0C);
-    w = _mm256_blend_epi16(w, load(64), 0x30);
-    w = _mm256_blend_epi16(w, load(96), 0xC0);
-    return _mm_blend_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1), 0xAA);
-  }
+  if (n == 8) return HalfScales8(scales, stride);
   alignas(16) uint16_t halves[8] = {};
   for (size_t i = 0; i < n; ++i) std::memcpy(&halves[i], scales + stride * i, 2);
   return _mm_load_si128(reinterpret_cast<const __m128i*>(halves));
