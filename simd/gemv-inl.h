@@ -366,7 +366,8 @@ inline constexpr size_t kMaxFloatLanes = HWY_MAX_BYTES / sizeof(float);
 // a copy of the scales one by one through a buffer both measured slower
 // (WeightBlockScales and axpy_int-inl.h's RowHalves8 have the figures).
 HWY_INLINE __m128i HalfScales8(const uint8_t* HWY_RESTRICT blocks, size_t block_bytes) {
-  if (block_bytes == 18) {  // low halves hold words 0, 2, 4, 6; high ones 1, 3, 5, 7
+  static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ8_0) == 34);
+  if (block_bytes == sizeof(BlockQ4_0)) {  // low halves: words 0, 2, 4, 6; high: 1, 3, 5, 7
     const auto load = [&](size_t at) HWY_ATTR {
       return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks + at));
     };
@@ -423,7 +424,8 @@ HWY_INLINE hn::Vec<DF> WeightBlockScales(DF df, const uint8_t* HWY_RESTRICT bloc
   // 15.0-17.5; `sparrow bench -p 0 -n 32 -t 1` on the 1.1B-shaped neuron
   // bundle of Q4_0 records 17.2-17.9 -> 18.7-19.6 tok/s.
   (void)offsets;
-  if (N == 8 && count == 8 && (block_bytes == 18 || block_bytes == 34)) {
+  if (N == 8 && count == 8 &&
+      (block_bytes == sizeof(BlockQ4_0) || block_bytes == sizeof(BlockQ8_0))) {
     return PromoteHalf(
         df, hn::BitCast(df16, hn::Vec<decltype(du16)>{HalfScales8(blocks, block_bytes)}));
   }
