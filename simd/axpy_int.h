@@ -28,6 +28,7 @@
 // every call in a process does), over the same column window.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -95,7 +96,7 @@ inline size_t AxpyIntPrefetchDistance(bool split, size_t blocks) {
 // and Zen 4): rows 2048 wide (1152 bytes as Q4_0S) in a list of 5632, the
 // 1.1B shape's FFN, are 352 rows = 99 x 4 KiB a part apart. So part j
 // starts j * shift rows after the even cut, with the shift (0 to
-// kMaxShift) that puts the parts' first rows in the most sets. 2 vCPU AMD
+// MaxShift) that puts the parts' first rows in the most sets. 2 vCPU AMD
 // EPYC (Zen 3) VM, AVX2 (the block form with pmaddubsw), one thread,
 // `gather_bench --types q4_0s --shapes 2048x5632,2048x5648,2048x5616
 // --kernels axpy-int,read-int --clock cpu`, every row in order, before:
@@ -118,16 +119,29 @@ class AxpyIntPassOrder {
   }
 
   // Where part j starts: the even cut moved j * shift rows on. Shifts
-  // apply to lists long enough that every part keeps rows.
+  // are at most MaxShift(count), so that every part keeps rows.
   static size_t Start(size_t count, size_t j, size_t shift) {
     return count * j / kParts + j * shift;
   }
+  // The largest shift for a list of `count` rows: kMaxShift, less for
+  // lists under kParts * kParts * kMaxShift rows, 0 under kParts * kParts.
+  // The last part, count - Start(count, kParts - 1, shift), then keeps at
+  // least count / (kParts * kParts) rows. Lists under 1024 rows were once
+  // never staggered, yet they are common: each thread's share of a token's
+  // rows (ops::RowAxpysInt splits them), over rows at one stride (a unit
+  // cache's, or records staged back to back as read from flash). 512 rows 2048 wide (Q4_0S or Q4_0:
+  // 1152 bytes, 32 rows = 36 KiB = 9 x 4 KiB a part apart) ran at 4.6-6.1 GB/s (Q4_0S) and 4.9
+  // (Q4_0), where 520 rows ran at 7.8-8.7; staggered, 8.2-10.2 and 8.9-9.0 (2 vCPU AMD EPYC (Zen 3)
+  // VM, AVX2, one thread, two alternated rounds of `gather_bench --types q4_0s,q4_0 --shapes
+  // 2048x512,768x1024
+  // --parts 1 --rotate-mib 1 --kernels axpy-int --reps 201 --probe-mib 16
+  // --clock cpu`, rows in L2).
+  static size_t MaxShift(size_t count) { return std::min(kMaxShift, count / (kParts * kParts)); }
   // The shift whose parts' first rows fall in the most L1 sets (the
-  // smallest of those tied); 0 for a list shorter than kMinShiftedCount.
+  // smallest of those tied); 0 for a list shorter than kParts * kParts.
   static size_t Shift(size_t count, const uint8_t* const* rows) {
-    if (count < kMinShiftedCount) return 0;
     size_t best = 0, best_sets = 0;
-    for (size_t shift = 0; shift <= kMaxShift; ++shift) {
+    for (size_t shift = 0; shift <= MaxShift(count); ++shift) {
       const size_t n = StartSets(count, rows, shift);
       if (n > best_sets) best = shift, best_sets = n;
     }
@@ -166,10 +180,6 @@ class AxpyIntPassOrder {
     while (a_ != nullptr && k < end && a_[k] == 0.0f) ++k;
     return k;
   }
-
-  // Lists this long keep at least kParts rows in the last part at any
-  // shift (it loses (kParts - 1) * shift of its count / kParts).
-  static constexpr size_t kMinShiftedCount = kParts * kParts * (kMaxShift + 1);
 
   const float* a_;
   size_t next_[kParts] = {}, end_[kParts] = {};

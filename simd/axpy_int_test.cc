@@ -363,8 +363,17 @@ TEST_CASE(
   const size_t shift = AxpyIntPassOrder::Shift(1024, s.rows.data());
   CHECK(shift > 0);
   CHECK(AxpyIntPassOrder::StartSets(1024, s.rows.data(), shift) == AxpyIntPassOrder::kParts);
-  // Too short a list is never staggered.
-  CHECK(AxpyIntPassOrder::Shift(1023, s.rows.data()) == 0);
+  // A list of 512 of them, parts of 32 rows (8 KiB), is staggered by at
+  // most MaxShift(512) = 2 rows; one under kParts * kParts rows never is.
+  const size_t short_shift = AxpyIntPassOrder::Shift(512, s.rows.data());
+  CHECK(AxpyIntPassOrder::StartSets(512, s.rows.data(), 0) == 1);
+  CHECK(short_shift > 0);
+  CHECK(short_shift <= 2);
+  CHECK(AxpyIntPassOrder::StartSets(512, s.rows.data(), short_shift) == AxpyIntPassOrder::kParts);
+  CHECK(AxpyIntPassOrder::Shift(255, s.rows.data()) == 0);
+  CHECK(AxpyIntPassOrder::MaxShift(255) == 0);
+  CHECK(AxpyIntPassOrder::MaxShift(256) == 1);
+  CHECK(AxpyIntPassOrder::MaxShift(1 << 20) == AxpyIntPassOrder::kMaxShift);
   AxpyIntPassOrder order(1024, nullptr, s.rows.data());
   std::vector<size_t> taken(1024, 0), index(AxpyIntPassOrder::kParts);
   size_t passes = 0;
@@ -377,24 +386,38 @@ TEST_CASE(
   }
   CHECK(passes == 1024 / AxpyIntPassOrder::kParts);
   for (size_t k = 0; k < 1024; ++k) CHECK(taken[k] == 1);
+  // At its largest shift, every list's parts are in order, none empty
+  // where the list has a row for each.
+  for (size_t count = 1; count <= 1100; ++count) {
+    const size_t most = AxpyIntPassOrder::MaxShift(count);
+    INFO(count);
+    for (size_t j = 0; j < AxpyIntPassOrder::kParts; ++j) {
+      const size_t end =
+          j + 1 == AxpyIntPassOrder::kParts ? count : AxpyIntPassOrder::Start(count, j + 1, most);
+      CHECK(AxpyIntPassOrder::Start(count, j, most) <= end);
+      if (count >= AxpyIntPassOrder::kParts) CHECK(AxpyIntPassOrder::Start(count, j, most) < end);
+    }
+  }
 }
 
 TEST_CASE("AxpyIntAdd gives the reference's bits over rows whose parts it staggers") {
   ForEachTargetAndCpuForm([&](const Target& target, bool hidden) {
     std::mt19937 rng(13);
     for (TensorType type : kTypes) {
-      const size_t count = 1024;
-      const StridedRows s = MakeStridedRows(type, count, 256, rng);
-      REQUIRE(AxpyIntPassOrder::Shift(count, s.rows.data()) > 0);
-      const float step = StepFor(type, s.rows, s.a, 96);
-      std::vector<float> want = s.y0, got = s.y0;
-      AxpyIntReference(type, s.rows.data(), count, 96, 0, 96, s.a.data(), 1.0f / step, step,
-                       want.data());
-      std::vector<int32_t> sums(AxpyIntSumsInts(96), 0);
-      AxpyIntAdd(type, s.rows.data(), count, 96, 0, 96, s.a.data(), 1.0f / step, sums.data());
-      AxpyIntFinish(96, sums.data(), step, got.data());
-      INFO(target.name, hidden ? " (extensions hidden) " : " ", TensorTypeName(type));
-      CHECK(SameBits(got, want));
+      for (const size_t count : {size_t{512}, size_t{1024}}) {
+        const StridedRows s = MakeStridedRows(type, count, 256, rng);
+        REQUIRE(AxpyIntPassOrder::Shift(count, s.rows.data()) > 0);
+        const float step = StepFor(type, s.rows, s.a, 96);
+        std::vector<float> want = s.y0, got = s.y0;
+        AxpyIntReference(type, s.rows.data(), count, 96, 0, 96, s.a.data(), 1.0f / step, step,
+                         want.data());
+        std::vector<int32_t> sums(AxpyIntSumsInts(96), 0);
+        AxpyIntAdd(type, s.rows.data(), count, 96, 0, 96, s.a.data(), 1.0f / step, sums.data());
+        AxpyIntFinish(96, sums.data(), step, got.data());
+        INFO(target.name, hidden ? " (extensions hidden) " : " ", TensorTypeName(type), " ", count,
+             " rows");
+        CHECK(SameBits(got, want));
+      }
     }
   });
 }
