@@ -129,13 +129,13 @@ class AxpyIntPassOrder {
   // least count / (kParts * kParts) rows. Lists under 1024 rows were once
   // never staggered, yet they are common: each thread's share of a token's
   // rows (ops::RowAxpysInt splits them), over rows at one stride (a unit
-  // cache's, or records staged back to back as read from flash). 512 rows 2048 wide (Q4_0S or Q4_0:
-  // 1152 bytes, 32 rows = 36 KiB = 9 x 4 KiB a part apart) ran at 4.6-6.1 GB/s (Q4_0S) and 4.9
-  // (Q4_0), where 520 rows ran at 7.8-8.7; staggered, 8.2-10.2 and 8.9-9.0 (2 vCPU AMD EPYC (Zen 3)
-  // VM, AVX2, one thread, two alternated rounds of `gather_bench --types q4_0s,q4_0 --shapes
-  // 2048x512,768x1024
-  // --parts 1 --rotate-mib 1 --kernels axpy-int --reps 201 --probe-mib 16
-  // --clock cpu`, rows in L2).
+  // cache's, or records staged back to back as read from flash). 512 rows
+  // 2048 wide (Q4_0S or Q4_0: 1152 bytes, 32 rows = 36 KiB = 9 x 4 KiB a
+  // part apart) ran at 4.6-6.1 GB/s (Q4_0S) and 4.9 (Q4_0), where 520 rows
+  // ran at 7.8-8.7; staggered, 8.2-10.2 and 8.9-9.0 (2 vCPU AMD EPYC (Zen
+  // 3) VM, AVX2, one thread, two alternated rounds of `gather_bench --types
+  // q4_0s,q4_0 --shapes 2048x512,768x1024 --parts 1 --rotate-mib 1
+  // --kernels axpy-int --reps 201 --probe-mib 16 --clock cpu`, rows in L2).
   static size_t MaxShift(size_t count) { return std::min(kMaxShift, count / (kParts * kParts)); }
   // The shift whose parts' first rows fall in the most L1 sets (the
   // smallest of those tied); 0 for a list shorter than kParts * kParts.
