@@ -1055,6 +1055,21 @@ HWY_INLINE hn::Vec<DU8> StepNibbles(DU8 du8, const uint8_t* HWY_RESTRICT row,
 // The scales of the step's blocks b.. of the group (`scales`, zero past
 // its last block: ApplyInputScales), each repeated for the four int32 lanes
 // that hold its sums (one permute).
+//
+// On AVX2 that permute crosses the 128-bit halves (vpermps), which Zen 3
+// issues about once every 1.6 cycles. Tried: each row's group of scales
+// stored as its even blocks then its odd ones (one vpermps per row and
+// group), so that a step's two scales lie at the same place in both halves
+// and an in-lane byte shuffle (vpshufb) repeats them. In a throwaway copy
+// of the step loop (4 rows, 256 rows of 2048 in L2, scales ready in memory)
+// that ran at a median of 23.5 GB/s against 21.5 with vpermps (26 with no
+// permute at all); with each group's scales made from the rows as here,
+// 18.3 against 17.5. In the kernel, six alternated rounds of `gather_bench
+// --types q4_0s,q4_0 --shapes 2048x512,768x1024 --parts 1 --rotate-mib 1
+// --kernels dot --reps 301 --probe-mib 16 --threads 1 --clock cpu` (rows
+// in L2), best rounds, every row: Q4_0S 2048 wide 15.1 -> 15.1 GB/s, 768
+// wide 14.3 -> 14.1; Q4_0 13.5 -> 14.0, 12.8 -> 13.1. Not kept (2 vCPU AMD
+// EPYC (Zen 3) VM, one thread).
 template <class DF>
 HWY_INLINE hn::Vec<DF> StepScales(DF df, const float* HWY_RESTRICT scales, size_t b) {
   if constexpr (kQuadStepBlocks == 1) {
